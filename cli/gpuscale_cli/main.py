@@ -1,0 +1,130 @@
+"""``gpuscale``: one program, a sub-command per part.
+
+Sub-commands are registered by name with the module holding their settings
+class and the module holding their ``serve``; both are imported only for the
+sub-command being run, so ``gpuscale --help`` stays fast and a broken part
+cannot stop the others from starting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuscale import settings as settings_mod
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    summary: str
+    settings: str  # "module:Class"
+    entry: str  # "module:function", a blocking function(settings) -> exit code
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "collector",
+        "node agent: sample GPUs (NVML or simulated), attribute them to pods, publish batches",
+        "gpuscale_collector.settings:CollectorSettings",
+        "gpuscale_collector.app:main",
+    ),
+    Command(
+        "aggregator",
+        "windowed per-workload GPU averages from the node batches",
+        "gpuscale_aggregator.settings:AggregatorSettings",
+        "gpuscale_aggregator.app:main",
+    ),
+    Command(
+        "decider",
+        "apply GPUScaler policies to the metrics, publish explained decisions",
+        "gpuscale_decider.settings:DeciderSettings",
+        "gpuscale_decider.app:main",
+    ),
+    Command(
+        "actuator",
+        "apply decisions to the scale subresource, safely and once",
+        "gpuscale_actuator.settings:ActuatorSettings",
+        "gpuscale_actuator.app:main",
+    ),
+    Command(
+        "kube-sim",
+        "a Kubernetes API simulator that also plays a GPU cluster",
+        "gpuscale_kubesim.settings:KubeSimSettings",
+        "gpuscale_kubesim.app:main",
+    ),
+    Command(
+        "demo",
+        "run the whole pipeline locally against kube-sim and watch it scale",
+        "gpuscale_cli.demo.settings:DemoSettings",
+        "gpuscale_cli.demo.run:main",
+    ),
+    Command(
+        "status",
+        "one line per scaled workload, like `kubectl get hpa`",
+        "gpuscale_cli.status:StatusSettings",
+        "gpuscale_cli.status:main",
+    ),
+)
+
+
+def _load(ref: str) -> object:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _settings_class(command: Command) -> type | None:
+    try:
+        cls = _load(command.settings)
+    except (ImportError, AttributeError):
+        return None
+    return cls if isinstance(cls, type) else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuscale",
+        description="GPU-metric autoscaling for Kubernetes inference workloads.",
+        epilog="Every option is also an environment variable (shown in each sub-command's --help).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.summary, description=command.summary)
+        cls = _settings_class(command)
+        if cls is not None:
+            settings_mod.add_arguments(p, cls)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    command = next(c for c in COMMANDS if c.name == args.command)
+    cls = _settings_class(command)
+    settings: object | None = None
+    if cls is not None:
+        try:
+            settings = settings_mod.build(cls, args)
+        except settings_mod.SettingsError as e:
+            for line in e.lines():
+                print(f"gpuscale {command.name}: {line}", file=sys.stderr)
+            return 2
+    try:
+        entry = _load(command.entry)
+    except (ImportError, AttributeError):
+        entry = None
+    if settings is None or entry is None or not callable(entry):
+        print(f"gpuscale {command.name}: not implemented yet", file=sys.stderr)
+        return 2
+    code = entry(settings)
+    return int(code) if isinstance(code, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

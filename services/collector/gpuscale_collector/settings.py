@@ -1,0 +1,84 @@
+"""Collector options (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuscale.settings import (
+    CommonSettings,
+    choice,
+    non_empty,
+    option,
+    path,
+    port,
+    positive_int,
+    seconds,
+)
+
+
+@dataclass(frozen=True)
+class CollectorSettings(CommonSettings):
+    http_port: int = option(
+        9400,
+        "--http-port",
+        env="GPUSCALE_HTTP_PORT",
+        parse=port,
+        help="HTTP port for /metrics (dcgm-exporter's 9400), /healthz, /readyz",
+    )
+    node_name: str = option(
+        socket.gethostname(),
+        "--node-name",
+        env=("GPUSCALE_NODE_NAME", "NODE_NAME"),
+        parse=non_empty,
+        help="this node's name (a DaemonSet sets NODE_NAME from spec.nodeName)",
+    )
+    backend: str = option(
+        "nvml",
+        "--backend",
+        env="GPUSCALE_BACKEND",
+        parse=choice("nvml", "sim"),
+        help="where GPU readings come from",
+    )
+    interval_s: float = option(
+        1.0, "--interval", env="GPUSCALE_INTERVAL", parse=seconds, help="sample interval in seconds"
+    )
+    sim_gpus: int = option(
+        8,
+        "--sim-gpus",
+        env="GPUSCALE_SIM_GPUS",
+        parse=positive_int,
+        help="number of simulated GPUs (backend sim)",
+    )
+    sim_source: str = option(
+        "constant:50",
+        "--sim-source",
+        env="GPUSCALE_SIM_SOURCE",
+        parse=non_empty,
+        help="load for simulated GPUs: constant:PCT, steps:T=PCT,T=PCT..., or kube-sim (read the cluster of --kubeconfig)",
+    )
+    pod_resources_socket: Path = option(
+        Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        "--pod-resources-socket",
+        env="GPUSCALE_POD_RESOURCES_SOCKET",
+        parse=path,
+        help="kubelet pod-resources gRPC socket",
+    )
+    proc_root: Path = option(
+        Path("/proc"),
+        "--proc-root",
+        env="GPUSCALE_PROC_ROOT",
+        parse=path,
+        help="proc filesystem of the host (hostPID)",
+    )
+    kubeconfig: Path | None = option(
+        None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
+    )
+    buffer_batches: int = option(
+        300,
+        "--buffer-batches",
+        env="GPUSCALE_BUFFER_BATCHES",
+        parse=positive_int,
+        help="batches kept while NATS is unreachable (oldest dropped first)",
+    )

@@ -1,0 +1,46 @@
+"""Each service's own Prometheus registry and the counters they all share."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ServiceMetrics:
+    """Counters every service exposes; services add their own to ``registry``.
+
+    ``kind`` labels are message families (samples, metrics, decisions,
+    actions); ``reason`` labels are WireError codes: both low-cardinality.
+    """
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.messages_in = Counter(
+            "gpuscale_messages_in_total", "Messages received", ["kind"], registry=self.registry
+        )
+        self.messages_out = Counter(
+            "gpuscale_messages_out_total", "Messages published", ["kind"], registry=self.registry
+        )
+        self.messages_rejected = Counter(
+            "gpuscale_messages_rejected_total",
+            "Messages dropped as invalid, by reason",
+            ["kind", "reason"],
+            registry=self.registry,
+        )
+        self.nats_reconnects = Counter(
+            "gpuscale_nats_reconnects_total", "Reconnections to NATS", registry=self.registry
+        )
+        self.nats_disconnects = Counter(
+            "gpuscale_nats_disconnects_total", "Disconnections from NATS", registry=self.registry
+        )
+        self.nats_connected = Gauge(
+            "gpuscale_nats_connected", "1 while connected to NATS", registry=self.registry
+        )
+        self.loop_lag = Histogram(
+            "gpuscale_event_loop_lag_seconds",
+            "How late the event loop ran a 0.5 s timer",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+            registry=self.registry,
+        )
+        self.info = Gauge("gpuscale_service_info", "Always 1", ["service"], registry=self.registry)
+        self.info.labels(service=service).set(1)

@@ -1,0 +1,273 @@
+"""Declarative settings: every option is a CLI flag and an environment variable.
+
+A service declares a frozen dataclass whose fields carry :func:`option`
+metadata. :func:`add_arguments` puts the flags on an argparse parser;
+:func:`build` turns parsed flags plus the environment into the frozen object,
+flag over environment over default. Every bad value is collected (all errors
+at once, as KEDA does) and reported as one line per option; the CLI exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+Parser = Callable[[str], Any]
+
+
+class SettingsError(ValueError):
+    """One or more options are bad. ``problems`` holds (flag, message) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{flag}: {msg}" for flag, msg in problems))
+
+    def lines(self) -> list[str]:
+        return [f"invalid option {flag}: {msg}" for flag, msg in self.problems]
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    flag: str
+    env: tuple[str, ...]
+    parse: Parser
+    help: str
+    metavar: str | None
+    is_flag: bool  # a switch without a value (--dry-run)
+
+
+def option(
+    default: T,
+    flag: str,
+    *,
+    env: str | tuple[str, ...] | None = None,
+    parse: Parser = str,
+    help: str = "",  # noqa: A002 - mirrors argparse's own keyword
+    metavar: str | None = None,
+    is_flag: bool = False,
+) -> T:
+    envs = (env,) if isinstance(env, str) else tuple(env or ())
+    spec = OptionSpec(flag, envs, parse, help, metavar, is_flag)
+    field: T = dataclasses.field(default=default, metadata={"option": spec})
+    return field
+
+
+def _specs(cls: type[Any]) -> list[tuple[dataclasses.Field[Any], OptionSpec]]:
+    return [(f, f.metadata["option"]) for f in dataclasses.fields(cls) if "option" in f.metadata]
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
+    for f, spec in _specs(cls):
+        env_note = f" [env: {', '.join(spec.env)}]" if spec.env else ""
+        default = f.default if f.default is not dataclasses.MISSING else None
+        help_text = f"{spec.help} (default: {_show(default)}){env_note}"
+        if spec.is_flag:
+            parser.add_argument(
+                spec.flag, dest=f.name, action="store_const", const="true", default=None, help=help_text
+            )
+        else:
+            parser.add_argument(
+                spec.flag,
+                dest=f.name,
+                default=None,
+                metavar=spec.metavar or spec.flag.lstrip("-").upper().replace("-", "_"),
+                help=help_text,
+            )
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def build(
+    cls: type[S], args: argparse.Namespace | Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> S:
+    """Flag, else environment, else default; each parsed and checked."""
+    environ = os.environ if environ is None else environ
+    given = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
+    values: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []
+    for f, spec in _specs(cls):
+        raw: Any = given.get(f.name)
+        source = spec.flag
+        if raw is None:
+            for name in spec.env:
+                if environ.get(name, "") != "":
+                    raw, source = environ[name], f"{spec.flag} (from ${name})"
+                    break
+        if raw is None:
+            continue
+        try:
+            values[f.name] = spec.parse(raw) if isinstance(raw, str) else raw
+        except (ValueError, TypeError) as e:
+            problems.append((source, f"{e} (got {raw!r})"))
+    if problems:
+        raise SettingsError(problems)
+    try:
+        settings = cls(**values)
+    except ValueError as e:  # cross-field checks in __post_init__
+        raise SettingsError([("settings", str(e))]) from None
+    return settings
+
+
+# --- value parsers: each raises ValueError with a short reason ----------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def seconds(text: str) -> float:
+    """``30``, ``30s``, ``1.5``, ``500ms``, ``2m``: a duration, > 0."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError("expected a duration such as 30, 30s, 500ms or 2m")
+    value = float(m.group(1)) * _UNITS[m.group(2)]
+    if value <= 0:
+        raise ValueError("must be greater than zero")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+    if value <= 0:
+        raise ValueError("must be greater than zero")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected a number") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError("must be a finite number greater than zero")
+    return value
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError("expected a TCP port number") from None
+    if not 0 <= value <= 65535:
+        raise ValueError("must be between 0 and 65535 (0: pick a free port)")
+    return value
+
+
+def boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def choice(*allowed: str) -> Parser:
+    def parse(text: str) -> str:
+        lowered = text.strip().lower()
+        if lowered not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return lowered
+
+    return parse
+
+
+def nats_urls(text: str) -> tuple[str, ...]:
+    """One or more comma-separated ``nats://``/``tls://`` URLs."""
+    urls = tuple(u.strip() for u in text.split(",") if u.strip())
+    if not urls:
+        raise ValueError("expected at least one nats:// URL")
+    for url in urls:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("nats", "tls", "ws", "wss") or not parsed.hostname:
+            raise ValueError(f"{url!r} is not a nats://host:port URL")
+        try:
+            parsed.port  # noqa: B018 - property access validates the port
+        except ValueError:
+            raise ValueError(f"{url!r} has a bad port") from None
+    return urls
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise ValueError("no such file")
+    return path
+
+
+def path(text: str) -> Path:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return Path(text).expanduser()
+
+
+def non_empty(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text.strip()
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class CommonSettings:
+    """Options every service has (DESIGN.md §2's table)."""
+
+    nats_url: tuple[str, ...] = option(
+        ("nats://127.0.0.1:4222",),
+        "--nats-url",
+        env="GPUSCALE_NATS_URL",
+        parse=nats_urls,
+        help="NATS server URL(s), comma-separated",
+        metavar="URL",
+    )
+    log_level: str = option(
+        "info", "--log-level", env="GPUSCALE_LOG_LEVEL", parse=choice(*LOG_LEVELS), help="log level"
+    )
+    nats_creds: Path | None = option(
+        None,
+        "--nats-creds",
+        env="GPUSCALE_NATS_CREDS",
+        parse=existing_file,
+        help="NATS credentials file (JWT + nkey seed)",
+        metavar="FILE",
+    )
+    nats_tls_ca: Path | None = option(
+        None,
+        "--nats-tls-ca",
+        env="GPUSCALE_NATS_TLS_CA",
+        parse=existing_file,
+        help="CA bundle to verify the NATS server's TLS certificate",
+        metavar="FILE",
+    )

@@ -1,0 +1,33 @@
+"""Fixtures shared by every test: real servers, started by the test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from gpuscale.embedded_nats import EmbeddedNats
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.natsio import NATS, connect, drain
+
+
+@pytest.fixture
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    """A private nats-server with JetStream on a free loopback port."""
+    server = EmbeddedNats(store_dir=str(tmp_path_factory.mktemp("nats")))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+async def nats_client(nats_server: EmbeddedNats) -> AsyncIterator[NATS]:
+    nc = await connect(
+        [nats_server.url], ServiceMetrics("test-client"), name="test-client", reconnect_wait_s=0.2
+    )
+    try:
+        yield nc
+    finally:
+        await drain(nc)
