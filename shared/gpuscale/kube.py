@@ -15,7 +15,7 @@ async def new_api_client(kubeconfig: Path | None) -> ApiClient:
     if kubeconfig is not None:
         await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # untyped in kubernetes-asyncio
     else:
         await config.load_kube_config(client_configuration=configuration)
     return ApiClient(configuration=configuration)
