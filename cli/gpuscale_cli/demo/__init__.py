@@ -1,0 +1,1 @@
+"""``gpuscale demo``: the whole pipeline on one machine, against kube-sim."""

@@ -1,0 +1,176 @@
+"""``gpuscale demo``: start everything, watch it scale, stop everything, report."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from gpuscale.embedded_nats import EmbeddedNats, NatsServerError, free_port
+from gpuscale.kube import new_api_client
+from gpuscale.logging import configure, get_logger
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.natsio import connect, drain
+from gpuscale_cli.demo import report as report_mod
+from gpuscale_cli.demo import terminal, ui
+from gpuscale_cli.demo.observer import DemoState, Observer
+from gpuscale_cli.demo.processes import ProcessGroup
+from gpuscale_cli.demo.settings import DemoSettings
+
+DEMO_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4")
+DEFAULT_NON_TTY_DURATION_S = 120.0
+
+
+def _wait_for_kube_sim(url: str, kubeconfig: Path, group: ProcessGroup, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if group.exited():
+            break
+        if kubeconfig.exists():
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/version", timeout=1) as resp:  # noqa: S310 - our own loopback server
+                if resp.status == 200:
+                    return
+        time.sleep(0.1)
+    raise RuntimeError("kube-sim did not come up; see its log: " + str(group.children[0].log_path))
+
+
+def start_pipeline(settings: DemoSettings, group: ProcessGroup) -> tuple[str, Path]:
+    """kube-sim first (the others need its kubeconfig), then the services."""
+    log_dir = group.log_dir
+    sim_port = free_port()
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    kubeconfig = log_dir / "kubeconfig"
+    group.start(
+        "kube-sim",
+        "kube-sim",
+        "--port", str(sim_port),
+        "--kubeconfig-out", str(kubeconfig),
+        "--scenario", "demo",
+        "--profile", settings.profile,
+        "--speed", str(settings.speed),
+        "--startup-delay", str(settings.startup_delay_s),
+    )  # fmt: skip
+    _wait_for_kube_sim(sim_url, kubeconfig, group)
+    kube = ("--kubeconfig", str(kubeconfig), "--http-port", "0")
+    group.start("actuator", "actuator", *kube)
+    group.start("decider", "decider", *kube)
+    group.start("aggregator", "aggregator", "--window", str(settings.window_s), "--http-port", "0")
+    for node in DEMO_NODES:
+        group.start(
+            f"collector-{node}",
+            "collector",
+            "--backend",
+            "sim",
+            "--sim-source",
+            "kube-sim",
+            "--node-name",
+            node,
+            *kube,
+        )
+    return sim_url, kubeconfig
+
+
+async def _run(settings: DemoSettings) -> int:
+    log = get_logger(component="demo")
+    log_dir = settings.log_dir or Path(tempfile.mkdtemp(prefix="gpuscale-demo-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    duration = settings.duration_s
+    if duration is None and not sys.stdout.isatty():
+        duration = DEFAULT_NON_TTY_DURATION_S
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    try:
+        nats = EmbeddedNats(log_file=str(log_dir / "nats-server.log")).start()
+    except NatsServerError as e:
+        print(f"gpuscale demo: {e}", file=sys.stderr)
+        return 1
+    group = ProcessGroup(
+        log_dir, env={"GPUSCALE_NATS_URL": nats.url, "GPUSCALE_LOG_LEVEL": settings.log_level}
+    )
+    state = DemoState(settings.profile)
+    code = 0
+    runner = None
+    nc = None
+    api = None
+    try:
+        sim_url, kubeconfig = await asyncio.to_thread(start_pipeline, settings, group)
+        runner, ui_port = await ui.start(state, "127.0.0.1", settings.ui_port)
+        ui_url = f"http://127.0.0.1:{ui_port}/"
+        print(f"gpuscale demo: web page {ui_url} · logs in {log_dir}", flush=True)
+        nc = await connect([nats.url], ServiceMetrics("demo"), name="demo")
+        api = await new_api_client(kubeconfig)
+        observer = Observer(state, nc, api, sim_url)
+        observe = asyncio.create_task(observer.run(stop))
+        view = terminal.TerminalView()
+        begin = time.monotonic()
+        while not stop.is_set():
+            elapsed = time.monotonic() - begin
+            if duration is not None and elapsed >= duration:
+                break
+            died = group.exited()
+            if died:
+                for child in died:
+                    log.error(
+                        "demo_part_exited",
+                        part=child.name,
+                        code=child.proc.returncode if child.proc else None,
+                        log_tail=child.tail(),
+                    )
+                code = 1
+                break
+            view.draw(terminal.render(state, elapsed, duration, ui_url), elapsed)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+        stop.set()
+        await observe
+        run_s = time.monotonic() - begin
+    except RuntimeError as e:
+        print(f"gpuscale demo: {e}", file=sys.stderr)
+        return 1
+    finally:
+        stop.set()
+        if api is not None:
+            await api.close()
+        await drain(nc)
+        if runner is not None:
+            await runner.cleanup()
+        codes = await asyncio.to_thread(group.stop_all)
+        bad = {name: c for name, c in codes.items() if c not in (0, None)}
+        if bad:
+            log.warning("demo_parts_stopped_uncleanly", exit_codes=bad)
+        nats.close()
+
+    summary = report_mod.summary(state.record, run_s)
+    _print_summary(summary, log_dir)
+    if settings.report is not None:
+        settings.report.write_text(json.dumps(summary, indent=2))
+        print(f"report written to {settings.report}")
+    return code
+
+
+def _print_summary(summary: dict[str, object], log_dir: Path) -> None:
+    decisions = summary["decisions"]
+    assert isinstance(decisions, list)
+    print()
+    print(f"gpuscale demo finished after {summary['duration_s']} s (profile {summary['profile']})")
+    print(f"  reaction (first load step -> first scale-up PATCH): {summary['reaction_s']} s")
+    print(f"  decisions: {len(decisions)}")
+    for d in decisions[-10:]:
+        print(f"    t={d['t']:6.1f}s  {d['from']} -> {d['to']}: {d['reason']}")
+    violations = summary["violations"]
+    print(f"  violations: {violations if violations else 'none'}")
+    print(f"  logs: {log_dir}")
+
+
+def main(settings: DemoSettings) -> int:
+    configure("demo", settings.log_level)
+    return asyncio.run(_run(settings))

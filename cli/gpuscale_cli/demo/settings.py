@@ -1,0 +1,67 @@
+"""Demo options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuscale.settings import LOG_LEVELS, choice, non_empty, option, path, port, positive_float, seconds
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    profile: str = option(
+        "step",
+        "--profile",
+        env="GPUSCALE_DEMO_PROFILE",
+        parse=non_empty,
+        help="load profile: step, spike, diurnal, constant:N, or a YAML/JSON file of {t, load} points",
+    )
+    duration_s: float | None = option(
+        None,
+        "--duration",
+        env="GPUSCALE_DEMO_DURATION",
+        parse=seconds,
+        help="seconds to run (default: until Ctrl-C on a terminal, 120 otherwise)",
+    )
+    report: Path | None = option(
+        None, "--report", env="GPUSCALE_DEMO_REPORT", parse=path, help="write a JSON summary of the run here"
+    )
+    ui_port: int = option(
+        8080,
+        "--ui-port",
+        env="GPUSCALE_DEMO_UI_PORT",
+        parse=port,
+        help="port of the live web page (0: a free one)",
+    )
+    speed: float = option(
+        1.0,
+        "--speed",
+        env="GPUSCALE_DEMO_SPEED",
+        parse=positive_float,
+        help="run the load profile's time this many times faster",
+    )
+    startup_delay_s: float = option(
+        20.0,
+        "--startup-delay",
+        env="GPUSCALE_DEMO_STARTUP_DELAY",
+        parse=seconds,
+        help="how long a new pod loads its model before it is ready",
+    )
+    window_s: float = option(
+        30.0, "--window", env="GPUSCALE_WINDOW", parse=seconds, help="the aggregator's averaging window"
+    )
+    log_dir: Path | None = option(
+        None,
+        "--log-dir",
+        env="GPUSCALE_DEMO_LOG_DIR",
+        parse=path,
+        help="where each process writes its log (default: a temporary folder)",
+    )
+    log_level: str = option(
+        "info",
+        "--log-level",
+        env="GPUSCALE_LOG_LEVEL",
+        parse=choice(*LOG_LEVELS),
+        help="log level of the services",
+    )

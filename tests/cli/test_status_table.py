@@ -1,0 +1,68 @@
+"""`gpuscale status` renders like `kubectl get hpa`."""
+
+from __future__ import annotations
+
+from gpuscale.subjects import WorkloadKey
+from gpuscale.wire import Decision
+from gpuscale_cli.status import WorkloadView, render_table, targets_text
+
+NOW = 1_800_000_000.0
+
+
+def view(**kw: object) -> WorkloadView:
+    v = WorkloadView(WorkloadKey("default", "Deployment", "bert"))
+    for k, value in kw.items():
+        setattr(v, k, value)
+    return v
+
+
+def test_targets_read_like_hpa() -> None:
+    assert targets_text(view(metrics={"gpu_util": 83.04}, targets={"gpu_util": 70.0})) == "83/70"
+    assert targets_text(view(targets={"gpu_util": 70.0})) == "<unknown>/70"
+    assert (
+        targets_text(
+            view(metrics={"gpu_util": 41.5, "power_w": 300.0}, targets={"gpu_util": 70.0, "power_w": 400.0})
+        )
+        == "41.5/70, 300/400"
+    )
+
+
+def test_table_has_the_columns_and_last_decision() -> None:
+    decision = Decision(
+        "d1", NOW - 30, "default", "Deployment", "bert", 2, 3, "gpu_util 83.0 over target 70", {}
+    )
+    text = render_table(
+        [
+            view(
+                scaler="bert-gs",
+                metrics={"gpu_util": 83.0},
+                targets={"gpu_util": 70.0},
+                min_replicas=1,
+                max_replicas=10,
+                replicas=3,
+                decision=decision,
+            )
+        ],
+        NOW,
+    )
+    header, row = text.splitlines()
+    assert header.split() == [
+        "NAMESPACE",
+        "NAME",
+        "REFERENCE",
+        "TARGETS",
+        "MINPODS",
+        "MAXPODS",
+        "REPLICAS",
+        "LAST",
+        "DECISION",
+    ]
+    assert row.split()[:7] == ["default", "bert-gs", "Deployment/bert", "83/70", "1", "10", "3"]
+    assert row.endswith("2→3 30s ago: gpu_util 83.0 over target 70")
+
+
+def test_unknowns_are_spelled_out() -> None:
+    row = render_table([view()], NOW).splitlines()[1]
+    assert "<unknown>" in row
+    assert "<unset>" in row
+    assert row.endswith("<none>")
