@@ -84,7 +84,8 @@ def _settings_class(command: Command) -> type | None:
     return cls if isinstance(cls, type) else None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``selected``'s options are loaded (each costs an import)."""
     parser = argparse.ArgumentParser(
         prog="gpuscale",
         description="GPU-metric autoscaling for Kubernetes inference workloads.",
@@ -93,14 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.summary, description=command.summary)
-        cls = _settings_class(command)
-        if cls is not None:
-            settings_mod.add_arguments(p, cls)
+        if command.name == selected:
+            cls = _settings_class(command)
+            if cls is not None:
+                settings_mod.add_arguments(p, cls)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = {c.name for c in COMMANDS}
+    selected = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(selected if selected in names else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -16,6 +16,13 @@ from gpuscale.settings import (
     positive_int,
     seconds,
 )
+from gpuscale_collector.core.sim import parse_load_source
+
+
+def sim_source(text: str) -> str:
+    """constant:PCT, steps:T=PCT,... or kube-sim; checked here so a typo exits 2."""
+    parse_load_source(text)
+    return text.strip()
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ class CollectorSettings(CommonSettings):
         "constant:50",
         "--sim-source",
         env="GPUSCALE_SIM_SOURCE",
-        parse=non_empty,
+        parse=sim_source,
         help="load for simulated GPUs: constant:PCT, steps:T=PCT,T=PCT..., or kube-sim (read the cluster of --kubeconfig)",
     )
     pod_resources_socket: Path = option(

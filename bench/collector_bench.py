@@ -1,0 +1,217 @@
+"""Collector cost at 1 Hz on an 8-GPU node (DESIGN.md §7: under 1 % of one core, 60 MB RSS).
+
+Runs ``gpuscale collector --backend sim --sim-gpus 8 --interval 1`` as a
+subprocess against a private nats-server, waits for its first batch (start-up
+excluded), then samples the process's CPU time and RSS for --duration seconds.
+
+    .venv/bin/python bench/collector_bench.py --duration 60
+
+Also prints what the sim path imports (``-X importtime`` totals of the
+heaviest top-level packages), since imports dominate a Python agent's RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from gpuscale import subjects
+from gpuscale.embedded_nats import EmbeddedNats, free_port
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.natsio import connect, drain
+
+CPU_BUDGET_PCT = 1.0
+RSS_BUDGET_MB = 60.0
+NODE = "bench-node"
+
+
+def gpuscale_binary() -> str:
+    candidate = Path(sys.executable).parent / "gpuscale"
+    return str(candidate) if candidate.exists() else "gpuscale"
+
+
+async def first_batch(url: str, timeout_s: float) -> float:
+    got = asyncio.get_running_loop().create_future()
+    nc = await connect([url], ServiceMetrics("bench"), name="bench")
+
+    async def on_msg(_msg: object) -> None:
+        if not got.done():
+            got.set_result(time.monotonic())
+
+    await nc.subscribe(subjects.samples(NODE), cb=on_msg)
+    try:
+        return float(await asyncio.wait_for(got, timeout_s))
+    finally:
+        await drain(nc)
+
+
+async def count_batches(url: str, seconds: float) -> int:
+    n = 0
+    nc = await connect([url], ServiceMetrics("bench"), name="bench-count")
+
+    async def on_msg(_msg: object) -> None:
+        nonlocal n
+        n += 1
+
+    await nc.subscribe(subjects.samples(NODE), cb=on_msg)
+    await asyncio.sleep(seconds)
+    await drain(nc)
+    return n
+
+
+def import_profile(env: dict[str, str]) -> list[tuple[str, float]]:
+    """Cumulative import time (ms) per top-level package when the collector's modules load."""
+    code = (
+        "import gpuscale_cli.main, gpuscale_collector.app, gpuscale_collector.backends.sim, "
+        "gpuscale_collector.settings"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    totals: dict[str, float] = {}
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        parts = [p.strip() for p in line.removeprefix("import time:").split("|")]
+        try:
+            cumulative_us = float(parts[1])
+        except ValueError:
+            continue
+        name = parts[2]
+        if not name.startswith(" ") and "." not in name.strip():
+            totals[name.strip()] = totals.get(name.strip(), 0.0) + cumulative_us / 1000.0
+    return sorted(totals.items(), key=lambda kv: -kv[1])[:8]
+
+
+RSS_STEPS_CODE = """
+import json, os
+def rss():
+    return int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
+steps = [('python', rss())]
+for name in ('asyncio', 'msgpack', 'structlog', 'prometheus_client', 'aiohttp', 'nats',
+             'gpuscale_cli.main', 'gpuscale_collector.app', 'gpuscale_collector.backends.sim'):
+    __import__(name)
+    steps.append((name, rss()))
+from gpuscale_cli.main import build_parser
+build_parser()  # the CLI imports every sub-command's settings module
+steps.append(('gpuscale_cli.build_parser', rss()))
+print(json.dumps(steps))
+"""
+
+
+def rss_by_import(env: dict[str, str]) -> list[tuple[str, float]]:
+    """RSS added (MB) by each import on the sim path, in load order: what dominates."""
+    proc = subprocess.run(
+        [sys.executable, "-c", RSS_STEPS_CODE], capture_output=True, text=True, env=env, check=True
+    )
+    steps = json.loads(proc.stdout)
+    out = [(steps[0][0], round(steps[0][1], 1))]
+    for (_, before), (name, after) in itertools.pairwise(steps):
+        out.append((name, round(after - before, 1)))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds measured after the first batch")
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--json", action="store_true", help="print one JSON line instead of the table")
+    args = parser.parse_args()
+
+    env = dict(os.environ)
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    server = EmbeddedNats(jetstream=False)
+    server.start()
+    http_port = free_port()
+    cmd = [
+        gpuscale_binary(),
+        "collector",
+        "--backend",
+        "sim",
+        "--sim-gpus",
+        str(args.gpus),
+        "--interval",
+        str(args.interval),
+        "--nats-url",
+        server.url,
+        "--node-name",
+        NODE,
+        "--http-port",
+        str(http_port),
+        "--log-level",
+        "warning",
+    ]
+    started = time.monotonic()
+    child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        proc = psutil.Process(child.pid)
+        first = asyncio.run(first_batch(server.url, timeout_s=30))
+        startup_s = first - started
+        cpu0 = proc.cpu_times()
+        rss_start = proc.memory_info().rss
+        t0 = time.monotonic()
+        peak_rss = rss_start
+        batches = 0
+
+        async def measure() -> int:
+            nonlocal peak_rss
+            counter = asyncio.create_task(count_batches(server.url, args.duration))
+            while not counter.done():
+                peak_rss = max(peak_rss, proc.memory_info().rss)
+                await asyncio.sleep(0.5)
+            return counter.result()
+
+        batches = asyncio.run(measure())
+        cpu1 = proc.cpu_times()
+        elapsed = time.monotonic() - t0
+        rss_end = proc.memory_info().rss
+        uss = proc.memory_full_info().uss
+    finally:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        server.close()
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    cpu_pct = 100.0 * cpu_s / elapsed
+    result = {
+        "command": " ".join(cmd[1:]),
+        "duration_s": round(elapsed, 1),
+        "startup_s": round(startup_s, 2),
+        "batches_seen": batches,
+        "cpu_s": round(cpu_s, 3),
+        "cpu_s_per_sampled_s": round(cpu_s / elapsed, 5),
+        "cpu_pct_of_one_core": round(cpu_pct, 3),
+        "rss_mb_at_first_batch": round(rss_start / 2**20, 1),
+        "rss_mb_peak": round(peak_rss / 2**20, 1),
+        "rss_mb_end": round(rss_end / 2**20, 1),
+        "uss_mb_end": round(uss / 2**20, 1),
+        "cpu_budget_pct": CPU_BUDGET_PCT,
+        "rss_budget_mb": RSS_BUDGET_MB,
+        "within_budget": cpu_pct < CPU_BUDGET_PCT and peak_rss / 2**20 < RSS_BUDGET_MB,
+        "rss_mb_added_by_import": rss_by_import(env),
+        "import_ms_top": [(name, round(ms, 1)) for name, ms in import_profile(env)],
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:24} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""The collector's I/O shell: ticks, backends, attribution sources, NATS, /metrics.
+
+Per tick: read the backend (NVML on its worker thread, or simulated), map
+GPUs to pods (pod-resources, refreshed every few ticks) and processes to pods
+(``/proc/<pid>/cgroup``), resolve workloads (a watch on this node's pods),
+build one batch and hand it to the publisher, which keeps a bounded buffer
+while NATS is away and flushes it in order when NATS is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuscale import codec, subjects
+from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.natsio import NATS, connect, drain, is_connected
+from gpuscale.runtime import ServiceContext, run
+from gpuscale.wire import SampleBatch
+from gpuscale_collector.backends.base import Backend, BackendUnavailable
+from gpuscale_collector.core.attribution import Attribution, build_batch, pids_to_resolve
+from gpuscale_collector.core.buffer import BoundedBuffer
+from gpuscale_collector.core.cgroup import CgroupIdentity, parse_cgroup
+from gpuscale_collector.core.devices import ContainerRef, owners_by_device
+from gpuscale_collector.core.readings import DeviceReading
+from gpuscale_collector.core.schedule import next_tick, node_phase
+from gpuscale_collector.prom import CollectorMetrics, DcgmCollector
+from gpuscale_collector.settings import CollectorSettings
+
+SERVICE = "collector"
+# Re-read the kubelet's pod-resources this often (ticks): pods come and go in seconds, not ms.
+POD_RESOURCES_EVERY_TICKS = 5
+# While NATS is away, look for its return this often (s).
+RECONNECT_POLL_S = 0.2
+FLUSH_TIMEOUT_S = 2.0
+
+
+def make_backend(settings: CollectorSettings, metrics: CollectorMetrics | None = None) -> Backend:
+    if settings.backend == "sim":
+        from gpuscale_collector.backends.sim import SimBackend  # lazy import: lazy per backend
+
+        return SimBackend(settings.node_name, settings.sim_gpus, settings.sim_source, settings.kubeconfig)
+    from gpuscale_collector.backends.nvml import NvmlBackend  # lazy import: lazy per backend
+
+    on_error = None if metrics is None else (lambda call: metrics.nvml_errors.labels(call=call).inc())
+    return NvmlBackend(on_error=on_error)
+
+
+class Publisher:
+    """Batches out in order; a bounded buffer while NATS is unreachable.
+
+    A batch leaves the buffer only after a flush round trip confirms the
+    server has it; a batch re-sent after a failed flush carries the same
+    ``Nats-Msg-Id`` so a JetStream stream on the subject keeps one copy.
+    """
+
+    def __init__(self, node: str, capacity: int, metrics: CollectorMetrics, service: Any) -> None:
+        self.subject = subjects.samples(node)
+        self.node = node
+        self.buffer: BoundedBuffer[tuple[str, bytes]] = BoundedBuffer(capacity)
+        self.metrics = metrics
+        self.service_metrics = service
+        self.nc: NATS | None = None
+        self._wake = asyncio.Event()
+        self._boot = f"{time.time_ns():x}"
+        self._dropping = False
+        self._log = get_logger(component="publisher", subject=self.subject)
+
+    def submit(self, batch: SampleBatch) -> None:
+        msg_id = f"{self.node}.{self._boot}.{batch.seq}"
+        dropped = self.buffer.append((msg_id, codec.encode(batch)))
+        if dropped:
+            self.metrics.buffer_dropped.inc(dropped)
+            if not self._dropping:  # once per outage
+                self._dropping = True
+                self._log.warning("buffer_full_dropping_oldest", capacity=self.buffer.capacity)
+        self.metrics.buffer_batches.set(len(self.buffer))
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if len(self.buffer) and self.nc is not None and self.nc.is_connected:
+                await self._flush()
+            if len(self.buffer) and not (self.nc is not None and self.nc.is_connected):
+                # Waiting for NATS: nats-py reconnects by itself; look again soon.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RECONNECT_POLL_S)
+                continue
+            self._wake.clear()
+            if len(self.buffer):
+                continue
+            stopped = asyncio.ensure_future(stop.wait())
+            woken = asyncio.ensure_future(self._wake.wait())
+            await asyncio.wait({stopped, woken}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            woken.cancel()
+
+    async def _flush(self) -> None:
+        nc = self.nc
+        if nc is None:
+            return
+        pending = self.buffer.items()
+        try:
+            for msg_id, payload in pending:
+                await nc.publish(self.subject, payload, headers={"Nats-Msg-Id": msg_id})
+            await nc.flush(timeout=FLUSH_TIMEOUT_S)  # type: ignore[arg-type]  # nats-py takes float seconds; its hint says int
+        except Exception as e:  # noqa: BLE001 - any NATS failure: keep the batches, retry on reconnect
+            self._log.info("publish_deferred", batches=len(pending), error=type(e).__name__)
+            await asyncio.sleep(RECONNECT_POLL_S)
+            return
+        # Only what was sent: new batches may have arrived; some may have been dropped meanwhile.
+        sent = {msg_id for msg_id, _ in pending}
+        done = 0
+        while len(self.buffer) and (head := self.buffer.peek()) is not None and head[0] in sent:
+            self.buffer.pop()
+            done += 1
+        self.service_metrics.messages_out.labels(kind="samples").inc(done)
+        self.metrics.buffer_batches.set(len(self.buffer))
+        if self._dropping and done:
+            self._dropping = False
+            self._log.info("buffer_flushed_after_outage", dropped_total=self.buffer.dropped)
+
+
+class CgroupResolver:
+    """PID → pod identity through ``<proc>/<pid>/cgroup``, cached while the PID lives on the GPU."""
+
+    def __init__(self, proc_root: Path) -> None:
+        self.proc_root = proc_root
+        self._cache: dict[int, CgroupIdentity | None] = {}
+
+    def resolve(self, pids: set[int]) -> dict[int, CgroupIdentity]:
+        self._cache = {pid: ident for pid, ident in self._cache.items() if pid in pids}
+        for pid in pids - self._cache.keys():
+            try:
+                text = (self.proc_root / str(pid) / "cgroup").read_text(errors="replace")
+            except OSError:
+                continue  # gone, or no hostPID: try again next tick
+            self._cache[pid] = parse_cgroup(text)
+        return {pid: ident for pid, ident in self._cache.items() if ident is not None}
+
+
+class Collector:
+    def __init__(self, ctx: ServiceContext, backend: Backend | None = None) -> None:
+        self.ctx = ctx
+        self.settings: CollectorSettings = ctx.settings
+        self.log = get_logger(service=SERVICE, node=self.settings.node_name)
+        self.metrics = CollectorMetrics(ctx.metrics.registry)
+        self.backend = backend or make_backend(self.settings, self.metrics)
+        self.publisher = Publisher(
+            self.settings.node_name, self.settings.buffer_batches, self.metrics, ctx.metrics
+        )
+        self.last_batch: SampleBatch | None = None
+        self.seq = 0
+        self.backend_ready = False
+        self.device_holders: dict[str, tuple[ContainerRef, ...]] = {}
+        self.cgroups = CgroupResolver(self.settings.proc_root)
+        self.node_pods: Any = None
+        self.pod_resources: Any = None
+        self._once = OncePerKey()
+        self._pod_resources_ok: bool | None = None
+        ctx.metrics.registry.register(
+            DcgmCollector(lambda: self.last_batch, self.settings.node_name, self.backend.mig_info)
+        )
+        ctx.http.add_readiness("nats", lambda: is_connected(self.publisher.nc))
+        ctx.http.add_readiness(
+            "backend", lambda: (self.backend_ready, "ready" if self.backend_ready else "starting")
+        )
+
+    async def run(self) -> None:
+        tasks = await self.start()
+        try:
+            await self._tick_loop()
+        finally:
+            await self.shutdown(tasks)
+
+    async def start(self) -> list[asyncio.Task[None]]:
+        """Connect NATS (in the background), start the backend and the attribution sources."""
+        stop = self.ctx.stop
+        tasks: list[asyncio.Task[None]] = [
+            asyncio.create_task(self._connect_nats()),
+            asyncio.create_task(self.publisher.run(stop)),
+        ]
+        try:
+            await self.backend.start()
+        except BaseException:
+            await self.shutdown(tasks)
+            raise
+        self.backend_ready = True
+        self.log.info("backend_started", backend=self.backend.name)
+        if not self.backend.provides_owners:
+            from gpuscale_collector.podresources.client import (
+                PodResourcesClient,
+            )  # lazy import: pulls in grpc
+
+            self.pod_resources = PodResourcesClient(self.settings.pod_resources_socket)
+            if self.settings.kubeconfig is not None or os.environ.get("KUBERNETES_SERVICE_HOST"):
+                from gpuscale_collector.kube_pods import NodePods  # lazy import: pulls in kubernetes_asyncio
+
+                self.node_pods = NodePods(self.settings.node_name, self.settings.kubeconfig)
+                tasks.append(asyncio.create_task(self.node_pods.run(stop)))
+            else:
+                self.log.warning(
+                    "no_kubernetes_access",
+                    detail="no --kubeconfig and not in a pod: workloads fall back to the pod itself",
+                )
+        return tasks
+
+    async def shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
+        # Last chance to send what is buffered (bounded by the runtime's shutdown timeout).
+        nc = self.publisher.nc
+        if nc is not None and nc.is_connected and len(self.publisher.buffer):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.publisher._flush(), 1.0)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.backend.close()
+        if self.pod_resources is not None:
+            await self.pod_resources.close()
+        if self.node_pods is not None:
+            await self.node_pods.close()
+        await drain(self.publisher.nc)
+
+    async def _connect_nats(self) -> None:
+        s = self.settings
+        try:
+            self.publisher.nc = await connect(
+                s.nats_url,
+                self.ctx.metrics,
+                name=f"gpuscale-collector-{s.node_name}",
+                creds=str(s.nats_creds) if s.nats_creds else None,
+                tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
+                reconnect_wait_s=0.5,
+                stop=self.ctx.stop,
+            )
+        except Exception:  # noqa: BLE001 - connect only gives up when we are stopping
+            return
+
+    async def _tick_loop(self) -> None:
+        interval = self.settings.interval_s
+        phase = node_phase(self.settings.node_name, interval)
+        loop = asyncio.get_running_loop()
+        due = next_tick(time.time(), interval, phase)
+        while not self.ctx.stop.is_set():
+            delay = due - time.time()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.ctx.stop.wait(), delay)
+                if self.ctx.stop.is_set():
+                    return
+            started = loop.time()
+            try:
+                await self.tick(time.time())
+            except Exception as e:
+                if self._once.first("tick_failed", type(e).__name__):
+                    self.log.error("tick_failed", error=f"{type(e).__name__}: {e}", exc_info=e)
+            self.metrics.tick_seconds.observe(loop.time() - started)
+            nxt = next_tick(time.time(), interval, phase)
+            skipped = round((nxt - due) / interval) - 1
+            if skipped > 0:
+                self.metrics.ticks_skipped.inc(skipped)
+            due = nxt
+
+    async def tick(self, now: float) -> SampleBatch:
+        readings = await self.backend.read()
+        attribution = Attribution()
+        if not self.backend.provides_owners:
+            attribution = await self._attribution(readings)
+        self.seq += 1
+        batch = build_batch(
+            self.settings.node_name, now, self.seq, self.settings.interval_s, readings, attribution
+        )
+        self.last_batch = batch
+        self.metrics.ticks.inc()
+        self.metrics.gpus.set(len(batch.gpus))
+        self.publisher.submit(batch)
+        return batch
+
+    async def _attribution(self, readings: list[DeviceReading]) -> Attribution:
+        if self.seq % POD_RESOURCES_EVERY_TICKS == 0:
+            await self._refresh_pod_resources()
+        pods = self.node_pods
+        return Attribution(
+            device_holders=self.device_holders,
+            pid_identity=self.cgroups.resolve(pids_to_resolve(readings)),
+            pods_by_uid=pods.pods_by_uid if pods is not None else {},
+            workloads=pods.workloads if pods is not None else {},
+        )
+
+    async def _refresh_pod_resources(self) -> None:
+        from gpuscale_collector.podresources.client import PodResourcesUnavailable  # lazy import: see run()
+
+        try:
+            assignments = await self.pod_resources.list()
+        except PodResourcesUnavailable as e:
+            self.metrics.pod_resources_up.set(0)
+            self.device_holders = {}
+            was_ok, self._pod_resources_ok = self._pod_resources_ok, False
+            if was_ok is not False:  # once per outage, not every refresh
+                self.log.warning(
+                    "pod_resources_unavailable",
+                    socket=str(self.settings.pod_resources_socket),
+                    error=str(e),
+                    detail="samples carry no owners until the kubelet socket answers",
+                )
+            return
+        if self._pod_resources_ok is not True:
+            self.log.info("pod_resources_available", socket=str(self.settings.pod_resources_socket))
+        self._pod_resources_ok = True
+        self.metrics.pod_resources_up.set(1)
+        self.device_holders = owners_by_device(assignments)
+
+
+async def serve(ctx: ServiceContext) -> None:
+    await Collector(ctx).run()
+
+
+def check_backend(settings: CollectorSettings) -> str | None:
+    """A fatal start-up problem in words (the CLI exits 2 with it), or None."""
+    if settings.backend == "sim":
+        if settings.sim_source.strip() != "kube-sim":
+            return None
+        if settings.kubeconfig is None:
+            return "--sim-source kube-sim needs --kubeconfig (or KUBECONFIG): the kube-sim server to read"
+        from gpuscale_collector.backends.sim import server_from_kubeconfig  # lazy import: reads YAML
+
+        try:
+            server_from_kubeconfig(settings.kubeconfig)
+        except BackendUnavailable as e:
+            return str(e)
+        return None
+    from gpuscale_collector.backends import nvml_api  # lazy import: pynvml only for nvml
+    from gpuscale_collector.backends.nvml import init_or_explain  # lazy import: pynvml only for nvml
+
+    try:
+        init_or_explain()
+    except BackendUnavailable as e:
+        return str(e)
+    with contextlib.suppress(nvml_api.NvmlError):
+        nvml_api.shutdown()
+    return None
+
+
+def main(settings: CollectorSettings) -> int:
+    problem = check_backend(settings)
+    if problem is not None:
+        print(f"gpuscale collector: {problem}", file=sys.stderr)
+        return 2
+    return run(SERVICE, settings, serve)

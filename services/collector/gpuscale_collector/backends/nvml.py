@@ -1,0 +1,381 @@
+"""The NVML backend: every GPU on the node through pynvml (nvidia-ml-py).
+
+NVML calls block for milliseconds, so they run on one worker thread, never
+on the event loop, and each call is made at most once per GPU per tick. A
+call a GPU does not support is dropped for that GPU (not retried every tick).
+A lost GPU is logged once, published with ``health`` set to the error and
+no values, and picked up again when it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from gpuscale.logging import get_logger
+from gpuscale.wire import HEALTH_OK
+from gpuscale_collector.backends import nvml_api as api
+from gpuscale_collector.backends.base import BackendUnavailable
+from gpuscale_collector.core.exposition import MigInfo
+from gpuscale_collector.core.readings import DeviceReading, ProcessReading
+
+T = TypeVar("T")
+
+LIBRARY_MISSING_HELP = (
+    "NVML is not available ({error}): run the collector on a GPU node with the NVIDIA driver "
+    "(libnvidia-ml.so.1) mounted into the container, or use --backend sim for simulated GPUs"
+)
+# MIG layouts change only when an admin reconfigures the GPU: look again now and then.
+MIG_RESCAN_TICKS = 30
+UTIL_UNSUPPORTED = "UtilizationNotSupported"
+NO_SAMPLE_YET = "NoSampleYet"
+
+
+def init_or_explain() -> None:
+    """nvmlInit, or BackendUnavailable with the fix in words."""
+    try:
+        api.init()
+    except api.NvmlLibraryMissing as e:
+        raise BackendUnavailable(LIBRARY_MISSING_HELP.format(error=e)) from None
+    except api.NvmlError as e:
+        raise BackendUnavailable(f"NVML failed to initialise: {e}") from None
+
+
+@dataclass
+class _Gpm:
+    """Two GPM sample buffers used in turn: each tick's metric spans the interval."""
+
+    samples: list[Any]
+    have_previous: bool = False
+    current: int = 0
+
+
+@dataclass
+class _Mig:
+    handle: Any
+    uuid: str
+    model: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    gpm: _Gpm | None = None
+    unsupported: set[str] = field(default_factory=set)
+    process_since_us: int = 0
+
+
+@dataclass
+class _Gpu:
+    index: int
+    handle: Any
+    uuid: str
+    model: str
+    unsupported: set[str] = field(default_factory=set)
+    lost: str | None = None  # the error name while lost
+    gpm: _Gpm | None = None
+    gpm_checked: bool = False
+    process_since_us: int = 0
+    migs: list[_Mig] = field(default_factory=list)
+    mig_on: bool = False
+    ticks_since_mig_scan: int = MIG_RESCAN_TICKS
+
+
+class NvmlBackend:
+    name = "nvml"
+    provides_owners = False
+
+    def __init__(self, on_error: Callable[[str], None] | None = None) -> None:
+        self._on_error = on_error or (lambda _call: None)
+        self._executor: ThreadPoolExecutor | None = None
+        self._gpus: list[_Gpu] = []
+        self._log = get_logger(component="nvml")
+        self._logged: set[tuple[str, ...]] = set()
+        self._mig_info: dict[str, MigInfo] = {}
+
+    # --- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
+        await self._in_thread(self.start_sync)
+
+    def start_sync(self) -> None:
+        init_or_explain()
+        try:
+            count = api.device_count()
+        except api.NvmlError as e:
+            raise BackendUnavailable(f"NVML cannot count GPUs: {e}") from None
+        now_us = api.now_us()
+        for index in range(count):
+            gpu = _Gpu(index=index, handle=None, uuid=f"GPU-unknown-{index}", model="")
+            try:
+                gpu.handle = api.handle_by_index(index)
+                gpu.uuid = api.uuid(gpu.handle)
+                gpu.model = api.name(gpu.handle)
+            except api.NvmlError as e:
+                gpu.lost = e.name
+                self._once("nvml_gpu_unreadable_at_start", index=index, error=str(e))
+            gpu.process_since_us = now_us
+            self._gpus.append(gpu)
+        self._log.info("nvml_started", gpus=count, driver=self._driver_version())
+
+    def _driver_version(self) -> str:
+        try:
+            return api.driver_version()
+        except api.NvmlError:
+            return "unknown"
+
+    async def close(self) -> None:
+        if self._executor is None:
+            return
+        with contextlib.suppress(api.NvmlError):
+            await self._in_thread(self._close_sync)
+        self._executor.shutdown(wait=False)
+        self._executor = None
+
+    def _close_sync(self) -> None:
+        for gpu in self._gpus:
+            for gpm in [gpu.gpm, *(m.gpm for m in gpu.migs)]:
+                for s in gpm.samples if gpm else ():
+                    with contextlib.suppress(api.NvmlError):
+                        api.gpm_free(s)
+        api.shutdown()
+
+    async def read(self) -> list[DeviceReading]:
+        return await self._in_thread(self.read_sync)
+
+    def mig_info(self) -> dict[str, MigInfo]:
+        return dict(self._mig_info)
+
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
+        if self._executor is None:
+            raise RuntimeError("backend not started")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    # --- one tick --------------------------------------------------------------
+
+    def read_sync(self) -> list[DeviceReading]:
+        out: list[DeviceReading] = []
+        for gpu in self._gpus:
+            if gpu.lost is not None and not self._try_recover(gpu):
+                out.append(self._unhealthy(gpu))
+                continue
+            try:
+                out.extend(self._read_gpu(gpu))
+            except api.NvmlGpuLost as e:
+                self._mark_lost(gpu, e)
+                out.append(self._unhealthy(gpu))
+        return out
+
+    def _unhealthy(self, gpu: _Gpu) -> DeviceReading:
+        return DeviceReading(uuid=gpu.uuid, index=gpu.index, model=gpu.model, health=gpu.lost or "Unknown")
+
+    def _mark_lost(self, gpu: _Gpu, e: api.NvmlError) -> None:
+        gpu.lost = e.name
+        gpu.gpm = None
+        gpu.gpm_checked = False
+        gpu.migs = []
+        self._on_error("gpu_lost")
+        self._log.error("gpu_lost", gpu=gpu.index, uuid=gpu.uuid, error=str(e))
+
+    def _try_recover(self, gpu: _Gpu) -> bool:
+        """One call per tick to see whether a lost GPU answers again."""
+        try:
+            handle = api.handle_by_index(gpu.index)
+            found = api.uuid(handle)
+        except api.NvmlError:
+            return False
+        if gpu.uuid.startswith("GPU-unknown-"):
+            with contextlib.suppress(api.NvmlError):
+                gpu.model = api.name(handle)
+        elif found != gpu.uuid:
+            self._log.warning("gpu_replaced", gpu=gpu.index, old_uuid=gpu.uuid, uuid=found)
+        gpu.handle, gpu.uuid, gpu.lost = handle, found, None
+        gpu.unsupported.clear()
+        gpu.process_since_us = api.now_us()
+        gpu.ticks_since_mig_scan = MIG_RESCAN_TICKS
+        self._log.info("gpu_recovered", gpu=gpu.index, uuid=gpu.uuid)
+        return True
+
+    def _optional(self, owner: _Gpu | _Mig, call: str, fn: Callable[[], T]) -> T | None:
+        """Run one NVML call; None when unsupported (then never again) or failing."""
+        if call in owner.unsupported:
+            return None
+        try:
+            return fn()
+        except api.NvmlGpuLost:
+            raise
+        except api.NvmlNotSupported as e:
+            owner.unsupported.add(call)
+            self._on_error(call)
+            self._log.info("nvml_call_unsupported", uuid=owner.uuid, call=call, error=e.name)
+            return None
+        except api.NvmlError as e:
+            self._on_error(call)
+            self._once("nvml_call_failed", uuid=owner.uuid, call=call, error=e.name)
+            return None
+
+    def _once(self, event: str, **kw: Any) -> None:
+        key = (event, *(str(v) for v in kw.values()))
+        if key not in self._logged:
+            self._logged.add(key)
+            self._log.warning(event, **kw)
+
+    def _read_gpu(self, gpu: _Gpu) -> list[DeviceReading]:
+        h = gpu.handle
+        gpu.ticks_since_mig_scan += 1
+        if gpu.ticks_since_mig_scan >= MIG_RESCAN_TICKS:
+            gpu.ticks_since_mig_scan = 0
+            self._scan_mig(gpu)
+        temp = self._optional(gpu, "temperature", lambda: api.temperature_c(h))
+        power = self._optional(gpu, "power", lambda: api.power_w(h))
+        if gpu.mig_on:
+            # A MIG-enabled parent reports no utilization; its MIG devices are the samples.
+            return [self._read_mig(gpu, m, temp, power) for m in gpu.migs]
+        util = self._optional(gpu, "utilization", lambda: api.utilization(h))
+        mem = self._optional(gpu, "memory", lambda: api.memory_mib(h))
+        sm_active = self._gpm_sm_active(gpu, lambda s: api.gpm_sample(h, s))[0]
+        processes = self._processes(gpu, h)
+        health = HEALTH_OK if util is not None else UTIL_UNSUPPORTED
+        return [
+            DeviceReading(
+                uuid=gpu.uuid,
+                index=gpu.index,
+                model=gpu.model,
+                util=None if util is None else util[0],
+                mem_util=None if util is None else util[1],
+                fb_used_mib=None if mem is None else round(mem[0], 1),
+                fb_free_mib=None if mem is None else round(mem[1], 1),
+                temp_c=temp,
+                power_w=None if power is None else round(power, 3),
+                sm_active=sm_active,
+                health=health,
+                processes=processes,
+            )
+        ]
+
+    def _scan_mig(self, gpu: _Gpu) -> None:
+        enabled = self._optional(gpu, "mig_mode", lambda: api.mig_enabled(gpu.handle))
+        if not enabled:
+            gpu.mig_on, gpu.migs = False, []
+            return
+        found: list[_Mig] = []
+        known = {m.uuid: m for m in gpu.migs}
+        for mh in self._optional(gpu, "mig_devices", lambda: api.mig_devices(gpu.handle)) or []:
+            try:
+                mig_uuid = api.uuid(mh)
+                if mig_uuid in known:
+                    found.append(known[mig_uuid])
+                    continue
+                gi, ci = api.mig_ids(mh)
+                mig = _Mig(mh, mig_uuid, api.name(mh), gi, ci, process_since_us=api.now_us())
+            except api.NvmlGpuLost:
+                raise
+            except api.NvmlError as e:
+                self._once("mig_device_unreadable", uuid=gpu.uuid, error=str(e))
+                continue
+            found.append(mig)
+            profile = mig.model.rsplit(" ", 1)[-1] if " MIG " in mig.model else ""
+            self._mig_info[mig.uuid] = MigInfo(gpu.index, gi, profile)
+        gpu.mig_on, gpu.migs = True, found
+
+    def _read_mig(self, gpu: _Gpu, mig: _Mig, temp: float | None, power: float | None) -> DeviceReading:
+        mem = self._optional(mig, "memory", lambda: api.memory_mib(mig.handle))
+        # MIG devices have no NVML utilization; GPM per GPU instance gives both figures.
+        sm_active, graphics = (
+            self._gpm_sm_active(mig, lambda s: api.gpm_mig_sample(gpu.handle, mig.gpu_instance_id, s))
+            if self._gpm_parent_ok(gpu)
+            else (None, None)
+        )
+        processes = self._processes(mig, mig.handle)
+        return DeviceReading(
+            uuid=mig.uuid,
+            index=gpu.index,
+            model=mig.model,
+            util=graphics,
+            mem_util=None,
+            fb_used_mib=None if mem is None else round(mem[0], 1),
+            fb_free_mib=None if mem is None else round(mem[1], 1),
+            temp_c=temp,
+            power_w=power,
+            sm_active=sm_active,
+            mig_parent=gpu.uuid,
+            mig_gi=mig.gpu_instance_id,
+            mig_ci=mig.compute_instance_id,
+            health=_mig_health(graphics, gpm_ok=self._gpm_parent_ok(gpu) and "gpm" not in mig.unsupported),
+            processes=processes,
+        )
+
+    def _gpm_parent_ok(self, gpu: _Gpu) -> bool:
+        if not gpu.gpm_checked:
+            gpu.gpm_checked = True
+            supported = self._optional(gpu, "gpm_support", lambda: api.gpm_supported(gpu.handle))
+            if not supported:
+                gpu.unsupported.add("gpm")
+        return "gpm" not in gpu.unsupported
+
+    def _gpm_sm_active(
+        self, owner: _Gpu | _Mig, take: Callable[[Any], None]
+    ) -> tuple[float | None, float | None]:
+        """(SM active %, graphics active %) over the last interval, from two GPM samples."""
+        if isinstance(owner, _Gpu) and not self._gpm_parent_ok(owner):
+            return None, None
+        if "gpm" in owner.unsupported:
+            return None, None
+        if owner.gpm is None:
+            allocated = self._optional(owner, "gpm", lambda: [api.gpm_alloc(), api.gpm_alloc()])
+            if allocated is None:
+                return None, None
+            owner.gpm = _Gpm(allocated)
+        gpm = owner.gpm
+        current = gpm.samples[gpm.current]
+        if self._optional(owner, "gpm_sample", lambda: _done(take, current)) is None:
+            gpm.have_previous = False  # the next metric needs two fresh samples
+            return None, None
+        result: tuple[float | None, float | None] = (None, None)
+        if gpm.have_previous:
+            previous = gpm.samples[1 - gpm.current]
+            values = self._optional(
+                owner, "gpm_metrics", lambda: api.gpm_metrics(previous, current, api.gpm_metric_ids())
+            )
+            if values is not None:
+                result = (_pct(values[0]), _pct(values[1]))
+        gpm.have_previous = True
+        gpm.current = 1 - gpm.current
+        return result
+
+    def _processes(self, owner: _Gpu | _Mig, handle: Any) -> tuple[ProcessReading, ...] | None:
+        procs = self._optional(owner, "processes", lambda: api.compute_processes(handle))
+        since = owner.process_since_us
+        samples = self._optional(owner, "process_utilization", lambda: api.process_utilization(handle, since))
+        sm_by_pid: dict[int, list[float]] = {}
+        for s in samples or ():
+            sm_by_pid.setdefault(s.pid, []).append(s.sm_util)
+            owner.process_since_us = max(owner.process_since_us, s.timestamp_us)
+        if procs is None:
+            return None
+        return tuple(
+            ProcessReading(
+                pid=p.pid,
+                fb_used_mib=None if p.used_mib is None else round(p.used_mib, 1),
+                sm_util=_pct(sum(sm_by_pid[p.pid]) / len(sm_by_pid[p.pid])) if p.pid in sm_by_pid else None,
+            )
+            for p in procs
+        )
+
+
+def _done(take: Callable[[Any], None], sample: Any) -> bool:
+    take(sample)
+    return True
+
+
+def _mig_health(graphics: float | None, *, gpm_ok: bool) -> str:
+    if graphics is not None:
+        return HEALTH_OK
+    # Without GPM a MIG device has no utilization at all; with it, the first tick has one sample.
+    return NO_SAMPLE_YET if gpm_ok else UTIL_UNSUPPORTED
+
+
+def _pct(v: float | None) -> float | None:
+    return None if v is None else round(min(max(v, 0.0), 100.0), 2)

@@ -1,0 +1,248 @@
+"""The one module that calls pynvml: a thin adapter with NVML's errors sorted.
+
+pynvml is imported on first use, so the simulated backend never loads it.
+Tests replace pynvml's functions with a scripted device table; everything
+above this module sees only these functions and the exception types below.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Final
+
+MIB: Final = 1024 * 1024
+
+
+class NvmlError(Exception):
+    """An NVML call failed; ``name`` is NVML's error name (``GpuIsLost``, ``Unknown``)."""
+
+    def __init__(self, name: str, detail: str = "") -> None:
+        super().__init__(f"{name}: {detail}" if detail else name)
+        self.name = name
+
+
+class NvmlNotSupported(NvmlError):
+    """This GPU (or driver) does not offer the call: skip it for good."""
+
+
+class NvmlGpuLost(NvmlError):
+    """The GPU fell off the bus or stopped answering."""
+
+
+class NvmlNotFound(NvmlError):
+    """Nothing there (no MIG device in a slot, no new process samples)."""
+
+
+class NvmlLibraryMissing(NvmlError):
+    """libnvidia-ml is not loadable or the driver is not loaded."""
+
+
+_pynvml: ModuleType | None = None
+
+
+def nvml() -> ModuleType:
+    global _pynvml  # one lazily imported module for the process
+    if _pynvml is None:
+        try:
+            import pynvml  # lazy import: lazy: only the nvml backend pays for it
+        except ImportError as e:
+            raise NvmlLibraryMissing("LibraryNotFound", "the nvidia-ml-py package is not installed") from e
+        _pynvml = pynvml
+    return _pynvml
+
+
+def _classify(e: Exception) -> NvmlError:
+    m = nvml()
+    code = getattr(e, "value", None)
+    name = type(e).__name__.removeprefix("NVMLError_") if type(e).__name__ != "NVMLError" else str(e)
+    detail = str(e)
+    if code in (m.NVML_ERROR_NOT_SUPPORTED, m.NVML_ERROR_FUNCTION_NOT_FOUND, m.NVML_ERROR_NO_PERMISSION):
+        return NvmlNotSupported(name, detail)
+    if code in (m.NVML_ERROR_GPU_IS_LOST,):
+        return NvmlGpuLost(name, detail)
+    if code in (m.NVML_ERROR_NOT_FOUND,):
+        return NvmlNotFound(name, detail)
+    if code in (m.NVML_ERROR_LIBRARY_NOT_FOUND, m.NVML_ERROR_DRIVER_NOT_LOADED):
+        return NvmlLibraryMissing(name, detail)
+    return NvmlError(name or "Unknown", detail)
+
+
+def _call(fn_name: str, *args: Any) -> Any:
+    m = nvml()
+    try:
+        return getattr(m, fn_name)(*args)
+    except m.NVMLError as e:
+        raise _classify(e) from None
+
+
+def init() -> None:
+    _call("nvmlInit")
+
+
+def shutdown() -> None:
+    _call("nvmlShutdown")
+
+
+def driver_version() -> str:
+    v = _call("nvmlSystemGetDriverVersion")
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def device_count() -> int:
+    return int(_call("nvmlDeviceGetCount"))
+
+
+def handle_by_index(index: int) -> Any:
+    return _call("nvmlDeviceGetHandleByIndex", index)
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def uuid(handle: Any) -> str:
+    return _text(_call("nvmlDeviceGetUUID", handle))
+
+
+def name(handle: Any) -> str:
+    return _text(_call("nvmlDeviceGetName", handle))
+
+
+def utilization(handle: Any) -> tuple[float, float]:
+    """(gpu %, memory %) over the driver's last sample period."""
+    u = _call("nvmlDeviceGetUtilizationRates", handle)
+    return float(u.gpu), float(u.memory)
+
+
+def memory_mib(handle: Any) -> tuple[float, float]:
+    """(used MiB, free MiB) of the framebuffer."""
+    info = _call("nvmlDeviceGetMemoryInfo", handle)
+    return info.used / MIB, info.free / MIB
+
+
+def temperature_c(handle: Any) -> float:
+    return float(_call("nvmlDeviceGetTemperature", handle, nvml().NVML_TEMPERATURE_GPU))
+
+
+def power_w(handle: Any) -> float:
+    return float(_call("nvmlDeviceGetPowerUsage", handle)) / 1000.0
+
+
+def mig_enabled(handle: Any) -> bool:
+    current, _pending = _call("nvmlDeviceGetMigMode", handle)
+    return bool(current == nvml().NVML_DEVICE_MIG_ENABLE)
+
+
+def mig_devices(handle: Any) -> list[Any]:
+    """Handles of the MIG devices that exist on a MIG-enabled GPU."""
+    out = []
+    for slot in range(int(_call("nvmlDeviceGetMaxMigDeviceCount", handle))):
+        try:
+            out.append(_call("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot))
+        except NvmlNotFound:
+            continue
+    return out
+
+
+def mig_ids(mig_handle: Any) -> tuple[int, int]:
+    """(GPU instance id, compute instance id) of a MIG device."""
+    return (
+        int(_call("nvmlDeviceGetGpuInstanceId", mig_handle)),
+        int(_call("nvmlDeviceGetComputeInstanceId", mig_handle)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    pid: int
+    used_mib: float | None
+
+
+def compute_processes(handle: Any) -> list[Process]:
+    out = []
+    for p in _call("nvmlDeviceGetComputeRunningProcesses", handle):
+        used = getattr(p, "usedGpuMemory", None)
+        out.append(Process(int(p.pid), None if used is None else used / MIB))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUtil:
+    pid: int
+    timestamp_us: int
+    sm_util: float
+
+
+def process_utilization(handle: Any, since_us: int) -> list[ProcessUtil]:
+    """Per-process samples newer than ``since_us`` (NVML's CPU timestamps, µs)."""
+    m = nvml()
+    try:
+        samples = m.nvmlDeviceGetProcessUtilization(handle, since_us)
+    except m.NVMLError as e:
+        # No sample since the timestamp is NOT_FOUND; pynvml also raises for a
+        # SUCCESS with zero samples (it expects INSUFFICIENT_SIZE). Both mean "none".
+        if getattr(e, "value", None) in (m.NVML_SUCCESS, m.NVML_ERROR_NOT_FOUND):
+            return []
+        raise _classify(e) from None
+    return [ProcessUtil(int(s.pid), int(s.timeStamp), float(s.smUtil)) for s in samples]
+
+
+def gpm_supported(handle: Any) -> bool:
+    try:
+        support = _call("nvmlGpmQueryDeviceSupport", handle)
+    except NvmlNotSupported:
+        return False
+    return bool(support.isSupportedDevice)
+
+
+def gpm_alloc() -> Any:
+    return _call("nvmlGpmSampleAlloc")
+
+
+def gpm_free(sample: Any) -> None:
+    _call("nvmlGpmSampleFree", sample)
+
+
+def gpm_sample(handle: Any, sample: Any) -> None:
+    _call("nvmlGpmSampleGet", handle, sample)
+
+
+def gpm_mig_sample(parent_handle: Any, gpu_instance_id: int, sample: Any) -> None:
+    _call("nvmlGpmMigSampleGet", parent_handle, gpu_instance_id, sample)
+
+
+def gpm_metrics(earlier: Any, later: Any, metric_ids: tuple[int, ...]) -> list[float | None]:
+    """GPM metrics between two samples; None for a metric NVML could not compute."""
+    m = nvml()
+    request = m.c_nvmlGpmMetricsGet_t()
+    request.version = m.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(metric_ids)
+    request.sample1 = earlier
+    request.sample2 = later
+    for i, metric_id in enumerate(metric_ids):
+        request.metrics[i].metricId = metric_id
+    _call("nvmlGpmMetricsGet", request)
+    out: list[float | None] = []
+    for i in range(len(metric_ids)):
+        metric = request.metrics[i]
+        out.append(float(metric.value) if metric.nvmlReturn == m.NVML_SUCCESS else None)
+    return out
+
+
+def gpm_metric_ids() -> tuple[int, int]:
+    """(SM activity, graphics engine activity): DCGM's SM_ACTIVE and GR_ENGINE_ACTIVE."""
+    m = nvml()
+    return m.NVML_GPM_METRIC_SM_UTIL, m.NVML_GPM_METRIC_GRAPHICS_UTIL
+
+
+def now_us() -> int:
+    """A timestamp on NVML's process-sample clock (CPU time of day, µs)."""
+    return int(time.time() * 1_000_000)
+
+
+def sample_address(sample: Any) -> int | None:
+    """An allocated GPM sample's address (tests tell samples apart by it)."""
+    return ctypes.cast(sample, ctypes.c_void_p).value

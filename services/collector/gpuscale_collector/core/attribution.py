@@ -1,0 +1,164 @@
+"""Readings + who holds what → the wire samples of one tick.
+
+Two sources of ownership are merged:
+- pod-resources (device level): which containers were given the device;
+- processes (shared GPUs): NVML's host PIDs, mapped through their cgroup
+  to a pod UID and container id. Each owner then carries its own
+  ``sm_util`` and ``fb_used_mib``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuscale.wire import HEALTH_OK, GpuOwner, GpuSample, SampleBatch, WorkloadRef
+from gpuscale_collector.core.cgroup import CgroupIdentity
+from gpuscale_collector.core.devices import ContainerRef, holders_of
+from gpuscale_collector.core.readings import DeviceReading
+from gpuscale_collector.core.workloads import PodInfo
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Everything known about the node's pods at one tick."""
+
+    device_holders: Mapping[str, tuple[ContainerRef, ...]] = field(default_factory=dict)
+    pid_identity: Mapping[int, CgroupIdentity] = field(default_factory=dict)
+    pods_by_uid: Mapping[str, PodInfo] = field(default_factory=dict)
+    workloads: Mapping[tuple[str, str], WorkloadRef] = field(default_factory=dict)
+
+
+@dataclass
+class _Share:
+    sm_util: float | None = None
+    fb_used_mib: float | None = None
+    has_process: bool = False
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    if b is None:
+        return a
+    return b if a is None else a + b
+
+
+def _process_shares(
+    reading: DeviceReading, attribution: Attribution, holders: tuple[ContainerRef, ...]
+) -> tuple[dict[ContainerRef, _Share], bool]:
+    """Per-container sums, and whether every pod process on the GPU was placed."""
+    shares: dict[ContainerRef, _Share] = {}
+    complete = True
+    for proc in reading.processes or ():
+        identity = attribution.pid_identity.get(proc.pid)
+        if identity is None:
+            continue  # not in a pod (a host process, or the PID is gone)
+        pod = attribution.pods_by_uid.get(identity.pod_uid)
+        if pod is None:
+            complete = False  # a pod we know nothing about (yet): no name to publish
+            continue
+        ref = ContainerRef(pod.namespace, pod.name, _container_name(pod, identity, holders))
+        share = shares.setdefault(ref, _Share())
+        share.has_process = True
+        share.sm_util = _add(share.sm_util, proc.sm_util)
+        share.fb_used_mib = _add(share.fb_used_mib, proc.fb_used_mib)
+    return shares, complete
+
+
+def _container_name(pod: PodInfo, identity: CgroupIdentity, holders: tuple[ContainerRef, ...]) -> str:
+    if identity.container_id is not None and pod.containers:
+        name = pod.containers.get(identity.container_id)
+        if name is not None:
+            return name
+    # Without the API's container statuses: the pod's only container holding this device.
+    names = {h.container for h in holders if h.namespace == pod.namespace and h.pod == pod.name}
+    return names.pop() if len(names) == 1 else ""
+
+
+def owners_of(reading: DeviceReading, attribution: Attribution) -> tuple[GpuOwner, ...]:
+    holders = holders_of(reading.device_ids(), attribution.device_holders)
+    shares, complete = _process_shares(reading, attribution, holders)
+    # A holder with no process of its own is idle only if every pod process was placed.
+    processes_known = reading.processes is not None and complete
+    order = list(holders) + [ref for ref in shares if ref not in holders]
+    uid_by_pod = {(p.namespace, p.name): p.uid for p in attribution.pods_by_uid.values()}
+    owners: list[GpuOwner] = []
+    for ref in order:
+        share = shares.get(ref)
+        if share is not None:
+            sm = None if share.sm_util is None else min(share.sm_util, 100.0)
+            fb = share.fb_used_mib
+        elif processes_known:
+            sm, fb = 0.0, 0.0  # holds the device, runs nothing on it
+        else:
+            sm, fb = None, None
+        workload = attribution.workloads.get((ref.namespace, ref.pod)) or WorkloadRef("Pod", ref.pod)
+        owners.append(
+            GpuOwner(
+                namespace=ref.namespace,
+                pod=ref.pod,
+                container=ref.container,
+                pod_uid=uid_by_pod.get((ref.namespace, ref.pod), ""),
+                workload=workload,
+                sm_util=sm,
+                fb_used_mib=fb,
+            )
+        )
+    return tuple(owners)
+
+
+def to_sample(reading: DeviceReading, attribution: Attribution) -> GpuSample:
+    if reading.health != HEALTH_OK:
+        # A lost GPU publishes no values, never its last ones.
+        return GpuSample(
+            uuid=reading.uuid,
+            index=reading.index,
+            model=reading.model,
+            util=None,
+            mem_util=None,
+            fb_used_mib=None,
+            fb_free_mib=None,
+            temp_c=None,
+            power_w=None,
+            sm_active=None,
+            mig=reading.mig_parent,
+            health=reading.health,
+            owners=(),
+        )
+    owners = reading.owners if reading.owners is not None else owners_of(reading, attribution)
+    return GpuSample(
+        uuid=reading.uuid,
+        index=reading.index,
+        model=reading.model,
+        util=reading.util,
+        mem_util=reading.mem_util,
+        fb_used_mib=reading.fb_used_mib,
+        fb_free_mib=reading.fb_free_mib,
+        temp_c=reading.temp_c,
+        power_w=reading.power_w,
+        sm_active=reading.sm_active,
+        mig=reading.mig_parent,
+        health=reading.health,
+        owners=owners,
+    )
+
+
+def build_batch(
+    node: str,
+    ts: float,
+    seq: int,
+    interval_s: float,
+    readings: Sequence[DeviceReading],
+    attribution: Attribution,
+) -> SampleBatch:
+    return SampleBatch(
+        node=node,
+        ts=ts,
+        seq=seq,
+        interval_s=interval_s,
+        gpus=tuple(to_sample(r, attribution) for r in readings),
+    )
+
+
+def pids_to_resolve(readings: Sequence[DeviceReading]) -> set[int]:
+    """PIDs whose cgroup the shell must read this tick."""
+    return {p.pid for r in readings for p in (r.processes or ())}

@@ -1,0 +1,68 @@
+"""Pod → owning workload, from ownerReferences (pure; the shell fetches objects)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuscale.wire import WorkloadRef
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    kind: str
+    name: str
+    controller: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """What the collector keeps of a pod on its node."""
+
+    uid: str
+    namespace: str
+    name: str
+    owners: tuple[OwnerRef, ...] = ()
+    # container id (no runtime:// prefix) → container name
+    containers: Mapping[str, str] | None = None
+
+
+def controller_of(owners: Sequence[OwnerRef]) -> OwnerRef | None:
+    """The managing controller: the ref with controller=true, else the only one."""
+    for ref in owners:
+        if ref.controller:
+            return ref
+    return owners[0] if len(owners) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class NeedReplicaSet:
+    """Resolution needs the ReplicaSet's own owner: fetch it, then ask again."""
+
+    namespace: str
+    name: str
+
+
+def resolve_workload(
+    pod: PodInfo, replica_set_owners: Mapping[tuple[str, str], WorkloadRef | None]
+) -> WorkloadRef | NeedReplicaSet:
+    """Pod → ReplicaSet → Deployment; StatefulSet (and any other controller) as is;
+    a bare pod is its own workload (kind Pod). ``replica_set_owners`` maps
+    (namespace, replicaset) to the ReplicaSet's controller, or None for a bare
+    ReplicaSet (which is then the workload)."""
+    ref = controller_of(pod.owners)
+    if ref is None:
+        return WorkloadRef("Pod", pod.name)
+    if ref.kind != "ReplicaSet":
+        return WorkloadRef(ref.kind, ref.name)
+    key = (pod.namespace, ref.name)
+    if key not in replica_set_owners:
+        return NeedReplicaSet(pod.namespace, ref.name)
+    owner = replica_set_owners[key]
+    return owner if owner is not None else WorkloadRef("ReplicaSet", ref.name)
+
+
+def replica_set_workload(owners: Sequence[OwnerRef]) -> WorkloadRef | None:
+    """A ReplicaSet's controller as a workload (a Deployment), or None if it has none."""
+    ref = controller_of(owners)
+    return None if ref is None else WorkloadRef(ref.kind, ref.name)

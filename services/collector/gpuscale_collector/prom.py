@@ -1,0 +1,84 @@
+"""/metrics: dcgm-exporter's series rendered from the last batch on scrape,
+plus the collector's own counters.
+
+A custom prometheus Collector renders only what the last batch holds, so a
+pod that went away takes its series with it, and a scrape costs nothing
+between scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuscale.wire import SampleBatch
+from gpuscale_collector.core.exposition import FAMILIES, MigInfo, render
+
+
+class DcgmCollector(Collector):
+    def __init__(
+        self,
+        latest: Callable[[], SampleBatch | None],
+        hostname: str,
+        mig: Callable[[], Mapping[str, MigInfo]],
+    ) -> None:
+        self._latest = latest
+        self._hostname = hostname
+        self._mig = mig
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        for family in FAMILIES:
+            yield GaugeMetricFamily(family.name, family.help)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        rows = render(self._latest(), self._hostname, self._mig())
+        for family, series in rows.items():
+            metric = GaugeMetricFamily(family.name, family.help)
+            for labels, value in series:
+                metric.add_sample(family.name, dict(labels), value)
+            yield metric
+
+
+class CollectorMetrics:
+    """The collector's own health counters."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.ticks = Counter("gpuscale_collector_ticks_total", "Sampling ticks completed", registry=registry)
+        self.ticks_skipped = Counter(
+            "gpuscale_collector_ticks_skipped_total",
+            "Ticks skipped because the previous one overran the interval",
+            registry=registry,
+        )
+        self.tick_seconds = Histogram(
+            "gpuscale_collector_tick_duration_seconds",
+            "Time to read the GPUs and build one batch",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=registry,
+        )
+        self.nvml_errors = Counter(
+            "gpuscale_collector_nvml_errors_total",
+            "NVML calls that failed or are not supported, by call",
+            ["call"],
+            registry=registry,
+        )
+        self.buffer_batches = Gauge(
+            "gpuscale_collector_buffer_batches",
+            "Batches waiting for NATS",
+            registry=registry,
+        )
+        self.buffer_dropped = Counter(
+            "gpuscale_collector_buffer_dropped_total",
+            "Batches dropped from a full buffer while NATS was unreachable (oldest first)",
+            registry=registry,
+        )
+        self.pod_resources_up = Gauge(
+            "gpuscale_collector_pod_resources_up",
+            "1 when the last kubelet pod-resources List succeeded",
+            registry=registry,
+        )
+        self.gpus = Gauge(
+            "gpuscale_collector_gpus", "GPUs (and MIG devices) in the last batch", registry=registry
+        )

@@ -1,0 +1,313 @@
+"""Helpers for the collector's tests: a scripted NVML device table, a
+collector running in-process with a real HTTP server, and a fake proc tree."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import pytest
+
+from gpuscale.http import ServiceHttp
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.runtime import ServiceContext
+from gpuscale.settings import build
+from gpuscale_collector.app import Collector
+from gpuscale_collector.backends import nvml_api
+from gpuscale_collector.settings import CollectorSettings
+
+MIB = 1024 * 1024
+
+
+def nvml_error(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+@dataclass
+class FakeMig:
+    uuid: str
+    name: str
+    gi: int
+    ci: int
+    used_mib: float = 1000.0
+    free_mib: float = 9000.0
+    sm_active: float = 40.0
+    graphics: float = 55.0
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    util: int = 50
+    mem_util: int = 20
+    used_mib: float = 1024.0
+    free_mib: float = 80535.0
+    temp_c: int = 41
+    power_mw: int = 123_456
+    unsupported: set[str] = field(default_factory=set)  # pynvml function names that say NOT_SUPPORTED
+    lost: bool = False
+    gpm: bool = False
+    sm_active: float = 37.5
+    graphics: float = 60.0
+    processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used bytes)
+    proc_util: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, ts µs, sm %)
+    migs: list[FakeMig] = field(default_factory=list)
+
+
+class FakeNvml:
+    """pynvml's functions replaced by a table of GPUs; counts every call."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.gpus: list[FakeGpu] = []
+        self.calls: Counter[tuple[str, str]] = Counter()  # (function, uuid)
+        self.library_missing = False
+        self._samples: dict[int, Any] = {}  # GPM sample address -> device taken
+        self._next_addr = 0x1000
+        for name in dir(self):
+            if name.startswith("nvml"):
+                monkeypatch.setattr(pynvml, name, getattr(self, name))
+        monkeypatch.setattr(nvml_api, "_pynvml", pynvml)
+
+    # --- helpers ---------------------------------------------------------------
+
+    def _dev(self, fn: str, handle: Any) -> Any:
+        uuid = handle.uuid
+        self.calls[(fn, uuid)] += 1
+        gpu = handle if isinstance(handle, FakeGpu) else self._parent_of(handle)
+        if gpu.lost:
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if fn in gpu.unsupported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return handle
+
+    def _parent_of(self, mig: FakeMig) -> FakeGpu:
+        return next(g for g in self.gpus if mig in g.migs)
+
+    def count(self, fn: str, uuid: str) -> int:
+        return self.calls[(fn, uuid)]
+
+    # --- the pynvml surface the adapter uses ----------------------------------
+
+    def nvmlInit(self) -> None:
+        if self.library_missing:
+            raise nvml_error(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "999.99"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        gpu = self.gpus[index]
+        self.calls[("nvmlDeviceGetHandleByIndex", gpu.uuid)] += 1
+        if gpu.lost:
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return gpu
+
+    def nvmlDeviceGetUUID(self, h: Any) -> str:
+        return str(self._dev("nvmlDeviceGetUUID", h).uuid)
+
+    def nvmlDeviceGetName(self, h: Any) -> str:
+        return str(self._dev("nvmlDeviceGetName", h).name)
+
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
+        g = self._dev("nvmlDeviceGetUtilizationRates", h)
+        return SimpleNamespace(gpu=g.util, memory=g.mem_util)
+
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
+        g = self._dev("nvmlDeviceGetMemoryInfo", h)
+        return SimpleNamespace(used=int(g.used_mib * MIB), free=int(g.free_mib * MIB))
+
+    def nvmlDeviceGetTemperature(self, h: Any, _sensor: int) -> int:
+        return int(self._dev("nvmlDeviceGetTemperature", h).temp_c)
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
+        return int(self._dev("nvmlDeviceGetPowerUsage", h).power_mw)
+
+    def nvmlDeviceGetMigMode(self, h: Any) -> tuple[int, int]:
+        g = self._dev("nvmlDeviceGetMigMode", h)
+        on = 1 if g.migs else 0
+        return on, on
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: Any) -> int:
+        return 7 if self._dev("nvmlDeviceGetMaxMigDeviceCount", h).migs else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: Any, slot: int) -> FakeMig:
+        g = self._dev("nvmlDeviceGetMigDeviceHandleByIndex", h)
+        if slot >= len(g.migs):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return g.migs[slot]  # type: ignore[no-any-return]  # the table is typed loosely
+
+    def nvmlDeviceGetGpuInstanceId(self, h: Any) -> int:
+        return int(self._dev("nvmlDeviceGetGpuInstanceId", h).gi)
+
+    def nvmlDeviceGetComputeInstanceId(self, h: Any) -> int:
+        return int(self._dev("nvmlDeviceGetComputeInstanceId", h).ci)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
+        g = self._dev("nvmlDeviceGetComputeRunningProcesses", h)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in g.processes]
+
+    def nvmlDeviceGetProcessUtilization(self, h: Any, since: int) -> list[Any]:
+        g = self._dev("nvmlDeviceGetProcessUtilization", h)
+        fresh = [s for s in getattr(g, "proc_util", []) if s[1] > since]
+        if not fresh:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return [SimpleNamespace(pid=p, timeStamp=ts, smUtil=sm, memUtil=0) for p, ts, sm in fresh]
+
+    def nvmlGpmQueryDeviceSupport(self, h: Any) -> Any:
+        g = self._dev("nvmlGpmQueryDeviceSupport", h)
+        return SimpleNamespace(isSupportedDevice=1 if g.gpm else 0)
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._next_addr += 0x1000
+        return ctypes.cast(self._next_addr, pynvml.c_nvmlGpmSample_t)
+
+    def nvmlGpmSampleFree(self, _sample: Any) -> None:
+        pass
+
+    def nvmlGpmSampleGet(self, h: Any, sample: Any) -> Any:
+        g = self._dev("nvmlGpmSampleGet", h)
+        self._samples[nvml_api.sample_address(sample) or 0] = g
+        return sample
+
+    def nvmlGpmMigSampleGet(self, h: Any, gi: int, sample: Any) -> Any:
+        g = self._dev("nvmlGpmMigSampleGet", h)
+        mig = next(m for m in g.migs if m.gi == gi)
+        self._samples[nvml_api.sample_address(sample) or 0] = mig
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        dev = self._samples[nvml_api.sample_address(request.sample2) or 0]
+        for i in range(request.numMetrics):
+            metric = request.metrics[i]
+            metric.nvmlReturn = pynvml.NVML_SUCCESS
+            if metric.metricId == pynvml.NVML_GPM_METRIC_SM_UTIL:
+                metric.value = dev.sm_active
+            elif metric.metricId == pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL:
+                metric.value = dev.graphics
+            else:
+                metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return request
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    return FakeNvml(monkeypatch)
+
+
+def collector_settings(**options: Any) -> CollectorSettings:
+    """Settings as the CLI builds them, from option names, ignoring the environment."""
+    # NATS on a port nothing listens on unless a test gives its server: never someone else's 4222.
+    values = {
+        "node_name": "node-a",
+        "backend": "sim",
+        "interval_s": "0.1",
+        "http_port": "0",
+        "nats_url": "nats://127.0.0.1:1",
+    }
+    values.update({k: str(v) for k, v in options.items()})
+    return build(CollectorSettings, values, environ={})
+
+
+@dataclass
+class RunningCollector:
+    collector: Collector
+    ctx: ServiceContext
+    task: asyncio.Task[None]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.ctx.http.port}"
+
+
+@contextlib.asynccontextmanager
+async def running_collector(
+    settings: CollectorSettings, backend: Any = None
+) -> AsyncIterator[RunningCollector]:
+    """The collector's serve() in this process with a real HTTP server, as the runtime runs it."""
+    metrics = ServiceMetrics("collector")
+    http = ServiceHttp(metrics, host="127.0.0.1", port=0)
+    await http.start()
+    ctx = ServiceContext("collector", settings, metrics, http)
+    collector = Collector(ctx, backend=backend)
+    task = asyncio.create_task(collector.run())
+    try:
+        yield RunningCollector(collector, ctx, task)
+    finally:
+        ctx.stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5.0)
+        await http.stop()
+
+
+@contextlib.asynccontextmanager
+async def started_collector(settings: CollectorSettings, backend: Any = None) -> AsyncIterator[Collector]:
+    """A started collector whose ticks the test drives itself (``await c.tick(now)``)."""
+    metrics = ServiceMetrics("collector")
+    ctx = ServiceContext("collector", settings, metrics, ServiceHttp(metrics, port=0))
+    collector = Collector(ctx, backend=backend)
+    tasks = await collector.start()
+    try:
+        yield collector
+    finally:
+        ctx.stop.set()
+        await collector.shutdown(tasks)
+
+
+async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class ProcTree:
+    """A fake /proc: ``<root>/<pid>/cgroup`` files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def add(self, pid: int, cgroup_text: str) -> None:
+        d = self.root / str(pid)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup").write_text(cgroup_text)
+
+
+@pytest.fixture
+def proc_tree(tmp_path: Path) -> Iterator[ProcTree]:
+    root = tmp_path / "proc"
+    root.mkdir()
+    return ProcTree(root)
+
+
+@dataclass(frozen=True)
+class Kit:
+    """The helpers above, for test modules (importlib mode: they cannot import conftest)."""
+
+    settings: Callable[..., CollectorSettings] = collector_settings
+    running: Callable[..., Any] = running_collector
+    started: Callable[..., Any] = started_collector
+    wait_for: Callable[..., Any] = wait_for
+    Gpu: type[FakeGpu] = FakeGpu
+    Mig: type[FakeMig] = FakeMig
+
+
+@pytest.fixture
+def kit() -> Kit:
+    return Kit()
