@@ -9,6 +9,7 @@ import pytest
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain
+from gpuscale_kubesim import KubeSim
 
 
 @pytest.fixture
@@ -31,3 +32,14 @@ async def nats_client(nats_server: EmbeddedNats) -> AsyncIterator[NATS]:
         yield nc
     finally:
         await drain(nc)
+
+
+@pytest.fixture
+async def kube_sim() -> AsyncIterator[KubeSim]:
+    """A started kube-sim (scenario "empty": 2 nodes x 8 GPUs, fast pod start-up), stopped after."""
+    sim = KubeSim(port=0, scenario="empty", startup_delay_s=0.2, termination_delay_s=0.1)
+    await sim.start()
+    try:
+        yield sim
+    finally:
+        await sim.stop()

@@ -1,0 +1,175 @@
+"""The real kubectl against kube-sim: get, scale, create -f, delete, printer columns, events."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuscale_kubesim import KubeSim
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed on this machine"),
+]
+
+NS = "default"
+
+DEPLOYMENT_YAML = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: llama
+  labels: {app: llama}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: llama}
+  template:
+    metadata:
+      labels: {app: llama}
+    spec:
+      containers:
+      - name: vllm
+        image: vllm/vllm-openai:v0.6.3
+        resources:
+          limits: {nvidia.com/gpu: 1}
+"""
+
+
+class Kubectl:
+    def __init__(self, sim: KubeSim, cache: Path) -> None:
+        self.sim = sim
+        self.cache = cache
+
+    async def __call__(self, *args: str, check: bool = True) -> str:
+        assert KUBECTL is not None
+        process = await asyncio.create_subprocess_exec(
+            KUBECTL,
+            f"--kubeconfig={self.sim.kubeconfig_path}",
+            f"--cache-dir={self.cache}",
+            "--request-timeout=20s",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+        text = out.decode() + err.decode()
+        if check:
+            assert process.returncode == 0, f"kubectl {' '.join(args)} failed: {text}"
+        return text
+
+
+@pytest.fixture
+def kubectl(kube_sim: KubeSim, tmp_path: Path) -> Kubectl:
+    return Kubectl(kube_sim, tmp_path / "kubectl-cache")
+
+
+def rows(table: str) -> list[list[str]]:
+    return [line.split() for line in table.strip().splitlines()]
+
+
+async def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (result := check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(0.05)
+    return result
+
+
+async def test_create_get_scale_delete_deployment(
+    kube_sim: KubeSim, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "deployment.yaml"
+    manifest.write_text(DEPLOYMENT_YAML)
+    assert "created (server dry run)" in await kubectl("create", "-f", str(manifest), "--dry-run=server")
+    assert kube_sim.list_objects("apps/v1", "Deployment", NS) == [], "a dry run stores nothing"
+    assert "deployment.apps/llama created" in await kubectl("create", "-f", str(manifest))
+
+    await eventually(
+        lambda: kube_sim.get("apps/v1", "Deployment", "llama")["status"].get("readyReplicas") == 2
+    )
+    table = rows(await kubectl("get", "deployments"))
+    assert table[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    assert table[1][:4] == ["llama", "2/2", "2", "2"]
+
+    assert "deployment.apps/llama scaled" in await kubectl("scale", "deployment", "llama", "--replicas=3")
+    assert kube_sim.get("apps/v1", "Deployment", "llama")["spec"]["replicas"] == 3
+    await eventually(lambda: len(kube_sim.pods(NS, "app=llama")) == 3)
+
+    pods = rows(await kubectl("get", "pods", "-o", "wide", "-l", "app=llama"))
+    assert pods[0][:5] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert all(row[0].startswith("llama-") and row[-1].startswith("gpu-node-") for row in pods[1:])
+
+    assert 'deployment.apps "llama" deleted' in await kubectl("delete", "-f", str(manifest))
+    await eventually(lambda: kube_sim.pods(NS, "app=llama") == [])
+    assert "NotFound" in await kubectl("get", "deployment", "llama", check=False)
+
+
+async def test_get_gpuscalers_shows_the_printer_columns(kube_sim: KubeSim, kubectl: Kubectl) -> None:
+    await kube_sim.create(
+        {
+            "apiVersion": "gpuscale.io/v1alpha1",
+            "kind": "GPUScaler",
+            "metadata": {"name": "bert", "namespace": NS},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "bert"},
+                "minReplicas": 1,
+                "maxReplicas": 10,
+                "metrics": [{"name": "gpu_util", "target": 70}],
+            },
+        }
+    )
+    custom = kube_sim.resource("gpuscale.io/v1alpha1", "GPUScaler")
+    kube_sim.store.patch(
+        custom,
+        NS,
+        "bert",
+        {"status": {"reference": "Deployment/bert", "targets": "83/70", "currentReplicas": 2}},
+        "application/merge-patch+json",
+        "status",
+    )
+    table = rows(await kubectl("get", "gpuscalers"))
+    assert table[0] == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
+    assert table[1][:6] == ["bert", "Deployment/bert", "83/70", "1", "10", "2"]
+    assert rows(await kubectl("get", "gs"))[1][:3] == ["bert", "Deployment/bert", "83/70"]  # the short name
+
+
+async def test_get_events_shows_what_controllers_recorded(kube_sim: KubeSim, kubectl: Kubectl) -> None:
+    await kube_sim.create(
+        {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": "bert.scaled", "namespace": NS},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "regarding": {"kind": "Deployment", "name": "bert", "namespace": NS},
+            "reason": "GPUScaled",
+            "note": "scaled from 1 to 3: gpu_util 90 over target 70",
+            "type": "Normal",
+            "action": "Scale",
+            "reportingController": "gpuscale.io/actuator",
+            "reportingInstance": "actuator-0",
+        }
+    )
+    text = await kubectl("get", "events")
+    header, *lines = text.strip().splitlines()
+    assert header.split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert any(
+        "GPUScaled" in line and "deployment/bert" in line and "scaled from 1 to 3" in line for line in lines
+    )
+
+
+async def test_get_nodes_and_api_resources(kubectl: Kubectl) -> None:
+    nodes = rows(await kubectl("get", "nodes"))
+    assert nodes[0] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert [r[:2] for r in nodes[1:]] == [["gpu-node-1", "Ready"], ["gpu-node-2", "Ready"]]
+    resources = await kubectl("api-resources")
+    assert "gpuscalers" in resources
+    assert "GPUScaler" in resources
+    assert "gpuscale.io/v1alpha1" in resources
