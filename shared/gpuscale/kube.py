@@ -1,12 +1,70 @@
-"""kubernetes-asyncio plumbing shared by the services that talk to the API."""
+"""kubernetes-asyncio plumbing shared by the services that talk to the API.
+
+- :func:`new_api_client`: one way to build an API client.
+- :class:`ScaleClient`: read and change the replicas of ANY resource that
+  serves a ``/scale`` subresource (Deployments, StatefulSets, ReplicaSets,
+  custom resources), by raw REST path, so no generated model stands between
+  us and the JSON.
+- :class:`KubeError` and its subclasses: what an API call can go wrong with,
+  one class per thing a caller does differently (re-read on :class:`Conflict`,
+  back off on :class:`Throttled`/:class:`ServerError`/:class:`Unreachable`,
+  report a missing RBAC permission on :class:`Forbidden`).
+- :func:`retry_with_backoff`: exponential backoff with full jitter.
+- :func:`record_event`: a Kubernetes Event on the target, as ``kubectl
+  describe`` shows it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Final, TypeVar
 
+import aiohttp
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
+
+__all__ = [
+    "REPLICAS_IN_SPEC",
+    "BadRequest",
+    "Conflict",
+    "Forbidden",
+    "KubeError",
+    "NotFound",
+    "ScaleClient",
+    "ScaleState",
+    "ScaleTargetRef",
+    "ServerError",
+    "Throttled",
+    "Unauthorized",
+    "Unreachable",
+    "backoff_delay",
+    "error_from_response",
+    "format_micro_time",
+    "format_time",
+    "new_api_client",
+    "parse_forbidden",
+    "parse_time",
+    "ping",
+    "record_event",
+    "request_json",
+    "retry_with_backoff",
+    "scale_state_from_object",
+]
+
+T = TypeVar("T")
+
+REQUEST_TIMEOUT_S: Final = 10.0
+EVENT_REPORTING_CONTROLLER: Final = "gpuscale.io/actuator"
 
 
 async def new_api_client(kubeconfig: Path | None) -> ApiClient:
@@ -19,3 +77,492 @@ async def new_api_client(kubeconfig: Path | None) -> ApiClient:
     else:
         await config.load_kube_config(client_configuration=configuration)
     return ApiClient(configuration=configuration)
+
+
+# --- errors ------------------------------------------------------------------
+
+
+class KubeError(Exception):
+    """An API call failed. ``retryable`` says whether backing off can help."""
+
+    retryable: bool = False
+
+    def __init__(self, status: int, message: str, *, reason: str = "") -> None:
+        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+
+class Conflict(KubeError):
+    """409: the object changed since we read it (resourceVersion), or exists."""
+
+
+class NotFound(KubeError):
+    """404: the object (or the API serving it) does not exist."""
+
+
+class Unauthorized(KubeError):
+    """401: bad or expired credentials."""
+
+
+class BadRequest(KubeError):
+    """Another 4xx (400, 422, ...): the request itself is wrong; retrying won't help."""
+
+
+class Forbidden(KubeError):
+    """403: RBAC says no. ``verb``/``resource``/``group`` name the missing permission."""
+
+    def __init__(self, status: int, message: str, *, reason: str = "") -> None:
+        super().__init__(status, message, reason=reason)
+        self.verb, self.resource, self.group = parse_forbidden(message)
+
+    @property
+    def missing_permission(self) -> str:
+        """``patch deployments/scale in apps``: what to add to the Role."""
+        group = self.group if self.group else "core"
+        return f"{self.verb or '?'} {self.resource or '?'} in {group}"
+
+
+class Throttled(KubeError):
+    """429: the API server (or its priority-and-fairness) asks us to slow down."""
+
+    retryable = True
+
+    def __init__(self, status: int, message: str, *, reason: str = "", retry_after_s: float | None = None):
+        super().__init__(status, message, reason=reason)
+        self.retry_after_s = retry_after_s
+
+
+class ServerError(KubeError):
+    """5xx: the API server failed; it may work on the next try."""
+
+    retryable = True
+
+
+class Unreachable(KubeError):
+    """No HTTP answer at all: refused, reset, DNS, TLS or timeout."""
+
+    retryable = True
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message, reason="Unreachable")
+
+
+_FORBIDDEN = re.compile(
+    r'cannot (?P<verb>[\w-]+) resource "(?P<resource>[^"]+)" in API group "(?P<group>[^"]*)"'
+)
+
+
+def parse_forbidden(message: str) -> tuple[str, str, str]:
+    """(verb, resource, group) from an API server's 403 Status message, or empties.
+
+    The message reads: ``deployments.apps "web" is forbidden: User "x" cannot
+    patch resource "deployments/scale" in API group "apps" in the namespace "default"``.
+    """
+    m = _FORBIDDEN.search(message)
+    if not m:
+        return "", "", ""
+    return m.group("verb"), m.group("resource"), m.group("group")
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    for key, value in headers.items():
+        if key.lower() == "retry-after":
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                return None  # an HTTP date: rare from API servers; our own backoff applies
+    return None
+
+
+def error_from_response(status: int, body: str, headers: Mapping[str, str]) -> KubeError:
+    """The KubeError for a non-2xx answer (``body`` is usually a v1 Status)."""
+    message, reason = body.strip()[:500], ""
+    with contextlib.suppress(ValueError):
+        doc = json.loads(body)
+        if isinstance(doc, dict):
+            message = str(doc.get("message") or message)
+            reason = str(doc.get("reason") or "")
+    if status == 409:
+        return Conflict(status, message, reason=reason)
+    if status == 404:
+        return NotFound(status, message, reason=reason)
+    if status == 403:
+        return Forbidden(status, message, reason=reason)
+    if status == 401:
+        return Unauthorized(status, message, reason=reason)
+    if status == 429:
+        return Throttled(status, message, reason=reason, retry_after_s=_retry_after(headers))
+    if status >= 500:
+        return ServerError(status, message, reason=reason)
+    return BadRequest(status, message, reason=reason)
+
+
+# --- raw requests ------------------------------------------------------------
+
+
+async def request_json(
+    api: ApiClient,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    content_type: str = "application/json",
+    query: Mapping[str, str] | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> dict[str, Any]:
+    """One API request by path: the JSON answer, or a :class:`KubeError`."""
+    headers = {"Accept": "application/json", "Content-Type": content_type}
+    try:
+        response = await api.call_api(
+            path,
+            method,
+            query_params=list(query.items()) if query else None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,  # we read the body and map statuses ourselves
+            _request_timeout=timeout_s,
+        )
+        try:
+            raw = await response.read()
+            status = int(response.status)
+            resp_headers = {str(k): str(v) for k, v in response.headers.items()}
+        finally:
+            response.release()
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        raise Unreachable(f"{method} {path}: {type(e).__name__}: {e}") from None
+    text = raw.decode("utf-8", errors="replace")
+    if not 200 <= status <= 299:
+        raise error_from_response(status, text, resp_headers)
+    if not text.strip():
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ServerError(status, f"{method} {path}: answer is not JSON") from None
+    return doc if isinstance(doc, dict) else {"items": doc}
+
+
+async def ping(api: ApiClient, timeout_s: float = 3.0) -> tuple[bool, str]:
+    """Is the API server answering? Any HTTP answer counts (even 403/404)."""
+    try:
+        await request_json(api, "GET", "/api", timeout_s=timeout_s)
+    except Unreachable as e:
+        return False, e.message
+    except KubeError as e:
+        return True, f"answers ({e.status})"
+    return True, "reachable"
+
+
+# --- scale -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleTargetRef:
+    """What a GPUScaler's ``scaleTargetRef`` points at, plus its namespace."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleState:
+    """A target's autoscaling/v1 Scale: desired and observed replicas."""
+
+    replicas: int
+    resource_version: str
+    selector: str
+    status_replicas: int
+
+
+# Plurals of the kinds everyone scales; others come from discovery.
+_KNOWN_PLURALS: Final[dict[tuple[str, str], str]] = {
+    ("apps", "Deployment"): "deployments",
+    ("apps", "StatefulSet"): "statefulsets",
+    ("apps", "ReplicaSet"): "replicasets",
+    ("", "ReplicationController"): "replicationcontrollers",
+}
+
+# Kinds whose scale subresource is exactly ``spec.replicas`` of the object, so
+# one PATCH of the object can change replicas and annotations atomically.
+REPLICAS_IN_SPEC: Final[frozenset[tuple[str, str]]] = frozenset(_KNOWN_PLURALS)
+
+
+def _api_prefix(group: str, version: str) -> str:
+    return f"/api/{version}" if not group else f"/apis/{group}/{version}"
+
+
+def _scale_from_dict(doc: Mapping[str, Any]) -> ScaleState:
+    spec = doc.get("spec") or {}
+    status = doc.get("status") or {}
+    meta = doc.get("metadata") or {}
+    return ScaleState(
+        replicas=int(spec.get("replicas") or 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        selector=str(status.get("selector") or ""),
+        status_replicas=int(status.get("replicas") or 0),
+    )
+
+
+def _selector_string(selector: Mapping[str, Any] | None) -> str:
+    """A LabelSelector as the string a Scale's ``status.selector`` holds."""
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+    return ",".join(parts)
+
+
+def scale_state_from_object(obj: Mapping[str, Any]) -> ScaleState:
+    """The Scale view of a Deployment/StatefulSet/ReplicaSet object."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    meta = obj.get("metadata") or {}
+    replicas = spec.get("replicas")
+    return ScaleState(
+        replicas=1 if replicas is None else int(replicas),  # the API server's default
+        resource_version=str(meta.get("resourceVersion") or ""),
+        selector=_selector_string(spec.get("selector")),
+        status_replicas=int(status.get("replicas") or 0),
+    )
+
+
+class ScaleClient:
+    """Read and patch the replicas of anything with a ``/scale`` subresource."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+        self._plurals: dict[tuple[str, str, str], str] = {}
+
+    async def plural(self, ref: ScaleTargetRef) -> str:
+        known = _KNOWN_PLURALS.get((ref.group, ref.kind))
+        if known is not None:
+            return known
+        key = (ref.group, ref.version, ref.kind)
+        cached = self._plurals.get(key)
+        if cached is not None:
+            return cached
+        doc = await request_json(self.api, "GET", _api_prefix(ref.group, ref.version))
+        for resource in doc.get("resources") or []:
+            name = str(resource.get("name") or "")
+            if resource.get("kind") == ref.kind and "/" not in name:
+                self._plurals[key] = name
+                return name
+        raise NotFound(404, f"the API server serves no kind {ref.kind} in {ref.api_version}")
+
+    async def object_path(self, ref: ScaleTargetRef) -> str:
+        plural = await self.plural(ref)
+        return f"{_api_prefix(ref.group, ref.version)}/namespaces/{ref.namespace}/{plural}/{ref.name}"
+
+    async def get(self, ref: ScaleTargetRef) -> ScaleState:
+        doc = await request_json(self.api, "GET", await self.object_path(ref) + "/scale")
+        return _scale_from_dict(doc)
+
+    async def get_object(self, ref: ScaleTargetRef) -> dict[str, Any]:
+        """The target object itself (metadata, spec, status) as JSON."""
+        return await request_json(self.api, "GET", await self.object_path(ref))
+
+    async def patch_replicas(
+        self,
+        ref: ScaleTargetRef,
+        replicas: int,
+        resource_version: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
+    ) -> ScaleState:
+        """Set ``spec.replicas`` if the target is still at ``resource_version``
+        (else :class:`Conflict`). With ``annotations`` (kinds in
+        :data:`REPLICAS_IN_SPEC` only) the object itself is patched, so the
+        replicas and the annotations change in one atomic write."""
+        meta: dict[str, Any] = {"resourceVersion": resource_version} if resource_version else {}
+        if annotations:
+            if (ref.group, ref.kind) not in REPLICAS_IN_SPEC:
+                raise ValueError(f"{ref.kind}.{ref.group}: replicas may not live at spec.replicas")
+            meta["annotations"] = dict(annotations)
+            doc = await request_json(
+                self.api,
+                "PATCH",
+                await self.object_path(ref),
+                {"metadata": meta, "spec": {"replicas": replicas}},
+                content_type="application/merge-patch+json",
+            )
+            return scale_state_from_object(doc)
+        doc = await request_json(
+            self.api,
+            "PATCH",
+            await self.object_path(ref) + "/scale",
+            {"metadata": meta, "spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+        )
+        return _scale_from_dict(doc)
+
+
+# --- retries -----------------------------------------------------------------
+
+
+def backoff_delay(attempt: int, base_s: float, cap_s: float, unit_random: float) -> float:
+    """Full jitter (AWS architecture blog): uniform in [0, min(cap, base * 2^attempt)].
+
+    ``attempt`` counts from 0; ``unit_random`` is in [0, 1).
+    """
+    return unit_random * min(cap_s, base_s * (2.0 ** min(attempt, 30)))
+
+
+async def retry_with_backoff(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    attempts: int = 6,
+    base_s: float = 0.2,
+    cap_s: float = 5.0,
+    stop: asyncio.Event | None = None,
+    on_retry: Callable[[KubeError, int, float], None] | None = None,
+    rand: Callable[[], float] = random.random,
+) -> T:
+    """Call ``fn`` until it succeeds; retry only retryable KubeErrors (429, 5xx,
+    unreachable), at most ``attempts`` calls in all. A 429's Retry-After is a
+    floor for the wait. ``stop`` cuts a wait short and re-raises the last error."""
+    attempt = 0
+    while True:
+        try:
+            return await fn()
+        except KubeError as e:
+            attempt += 1
+            if not e.retryable or attempt >= attempts or (stop is not None and stop.is_set()):
+                raise
+            delay = backoff_delay(attempt - 1, base_s, cap_s, rand())
+            if isinstance(e, Throttled) and e.retry_after_s is not None:
+                delay = max(delay, min(e.retry_after_s, cap_s))
+            if on_retry is not None:
+                on_retry(e, attempt, delay)
+            if stop is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                if stop.is_set():
+                    raise
+
+
+# --- time and events ---------------------------------------------------------
+
+
+def format_micro_time(unix_s: float) -> str:
+    """A Kubernetes MicroTime: RFC 3339 in UTC with microseconds."""
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_time(unix_s: float) -> str:
+    """A Kubernetes Time: RFC 3339 in UTC, whole seconds."""
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: Any) -> float | None:
+    """Unix seconds from a Kubernetes (Micro)Time string, or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _event_name(target_name: str, now: float) -> str:
+    # client-go's scheme: <object>.<hex nanoseconds>, unique per emitter and moment.
+    return f"{target_name}.{int(now * 1e9):x}"[:253]
+
+
+async def record_event(
+    api: ApiClient,
+    ref: ScaleTargetRef,
+    reason: str,
+    message: str,
+    type: str = "Normal",  # noqa: A002 - the Event field's own name
+    *,
+    uid: str | None = None,
+    reporting_instance: str = "",
+    reporting_controller: str = EVENT_REPORTING_CONTROLLER,
+    action: str = "Scale",
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Write an events.k8s.io/v1 Event about ``ref`` (core v1 Event where that
+    API is not served). ``uid`` is read from the target when not given.
+    Raises KubeError; callers treat events as best-effort."""
+    now = time.time() if now is None else now
+    if uid is None:
+        with contextlib.suppress(KubeError):
+            target = await ScaleClient(api).get_object(ref)
+            uid = str((target.get("metadata") or {}).get("uid") or "") or None
+    regarding: dict[str, Any] = {
+        "apiVersion": ref.api_version,
+        "kind": ref.kind,
+        "name": ref.name,
+        "namespace": ref.namespace,
+    }
+    if uid:
+        regarding["uid"] = uid
+    name = _event_name(ref.name, now)
+    instance = reporting_instance or f"{reporting_controller}-{os.getpid()}"
+    note = message[:1024]  # the API server caps an Event's note at 1 kB
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": ref.namespace},
+        "eventTime": format_micro_time(now),
+        "reportingController": reporting_controller,
+        "reportingInstance": instance[:128],
+        "action": action,
+        "reason": reason,
+        "note": note,
+        "type": type,
+        "regarding": regarding,
+    }
+    try:
+        return await request_json(
+            api, "POST", f"/apis/events.k8s.io/v1/namespaces/{ref.namespace}/events", event
+        )
+    except NotFound:
+        pass  # events.k8s.io not served: the core v1 Event says the same thing
+    core_event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": ref.namespace},
+        "involvedObject": regarding,
+        "reason": reason,
+        "message": note,
+        "type": type,
+        "source": {"component": reporting_controller},
+        "firstTimestamp": format_time(now),
+        "lastTimestamp": format_time(now),
+        "count": 1,
+        "reportingComponent": reporting_controller,
+        "reportingInstance": instance[:128],
+        "action": action,
+    }
+    return await request_json(api, "POST", f"/api/v1/namespaces/{ref.namespace}/events", core_event)

@@ -19,9 +19,13 @@ METRICS_ALL: Final = f"{PREFIX}.metrics.>"
 DECISIONS_ALL: Final = f"{PREFIX}.decisions.>"
 ACTIONS_ALL: Final = f"{PREFIX}.actions.>"
 
-# JetStream names (streams, consumers, KV buckets) also live here.
+# JetStream names (streams, consumers, KV buckets) also live here: the NATS
+# permissions in deploy/base/nats/auth.conf name them too.
 DECISIONS_STREAM: Final = "GPUSCALE_DECISIONS"
 SAMPLES_STREAM: Final = "GPUSCALE_SAMPLES"
+ACTUATOR_DURABLE: Final = "gpuscale-actuator"
+ACTUATOR_APPLIED_BUCKET: Final = "GPUSCALE_ACTUATOR_APPLIED"
+DECIDER_STATE_BUCKET: Final = "gpuscale_decider_state"
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPE = re.compile(r"~([0-9A-F]{2})")

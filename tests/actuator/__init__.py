@@ -1,0 +1,1 @@
+"""Tests of the actuator service and of gpuscale.kube / gpuscale.leader."""

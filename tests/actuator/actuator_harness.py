@@ -1,0 +1,164 @@
+"""Run the actuator in-process (or as a real process) and watch what it does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpuscale import codec, subjects
+from gpuscale.natsio import NATS, headers_msg_id, jetstream
+from gpuscale.runtime import ServiceContext, run_async
+from gpuscale.wire import Action, Decision
+from gpuscale_actuator.app import Hooks, ensure_decisions_stream, serve
+from gpuscale_actuator.settings import ActuatorSettings
+
+_ids = itertools.count(1)
+
+# Short leases so tests do not wait; ratios as the defaults.
+FAST_LEASE = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.2}
+
+
+def settings_for(nats_url: str, kubeconfig: str, **overrides: Any) -> ActuatorSettings:
+    base = ActuatorSettings(
+        nats_url=(nats_url,),
+        kubeconfig=Path(kubeconfig),
+        http_port=0,
+        identity="actuator-test",
+        ack_wait=2.0,
+        **FAST_LEASE,
+    )
+    return replace(base, **overrides)
+
+
+def decision(
+    name: str = "bert",
+    *,
+    from_: int = 2,
+    to: int = 3,
+    kind: str = "Deployment",
+    age_s: float = 0.0,
+    decision_id: str | None = None,
+    api_version: str = "apps/v1",
+) -> Decision:
+    return Decision(
+        id=decision_id or f"dec-{next(_ids)}-{time.monotonic_ns()}",
+        ts=time.time() - age_s,
+        namespace="default",
+        kind=kind,
+        name=name,
+        from_replicas=from_,
+        to_replicas=to,
+        reason=f"gpu_util 83.0 over target 70 (ratio 1.19): {from_} -> {to}",
+        inputs={"averages": {"gpu_util": 83.0}},
+        api_version=api_version,
+    )
+
+
+async def publish(nc: NATS, d: Decision) -> None:
+    js = jetstream(nc)
+    await ensure_decisions_stream(js)
+    key = subjects.WorkloadKey(d.namespace, d.kind, d.name)
+    await js.publish(subjects.decisions(key), codec.encode(d), headers=headers_msg_id(d.id))
+
+
+async def publish_raw(nc: NATS, subject: str, payload: bytes) -> None:
+    js = jetstream(nc)
+    await ensure_decisions_stream(js)
+    await js.publish(subject, payload)
+
+
+@dataclass
+class ActionWatch:
+    """Every Action published, by decision id."""
+
+    actions: list[Action] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def wait_for(self, decision_id: str, timeout_s: float = 15.0) -> Action:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for a in self.actions:
+                if a.decision_id == decision_id:
+                    return a
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no action for {decision_id}; got {[a.outcome for a in self.actions]}")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), left)
+
+    def for_decision(self, decision_id: str) -> list[Action]:
+        return [a for a in self.actions if a.decision_id == decision_id]
+
+
+@asynccontextmanager
+async def watch_actions(nc: NATS) -> AsyncIterator[ActionWatch]:
+    watch = ActionWatch()
+
+    async def on_msg(msg: Any) -> None:
+        watch.actions.append(codec.decode(msg.data, Action, time.time()))
+        watch.changed.set()
+
+    sub = await nc.subscribe(subjects.ACTIONS_ALL, cb=on_msg)
+    try:
+        yield watch
+    finally:
+        await sub.unsubscribe()
+
+
+@dataclass
+class RunningActuator:
+    task: asyncio.Task[int]
+    ctx: ServiceContext | None = None
+
+    async def stop(self, timeout_s: float = 10.0) -> int:
+        if self.ctx is not None:
+            self.ctx.stop.set()
+        return await asyncio.wait_for(self.task, timeout_s)
+
+    def metric(self, name: str, **labels: str) -> float:
+        assert self.ctx is not None
+        value = self.ctx.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+@asynccontextmanager
+async def running_actuator(
+    settings: ActuatorSettings, hooks: Hooks | None = None
+) -> AsyncIterator[RunningActuator]:
+    holder: dict[str, ServiceContext] = {}
+
+    async def wrapped(ctx: ServiceContext) -> None:
+        holder["ctx"] = ctx
+        await serve(ctx, hooks)
+
+    task = asyncio.create_task(run_async("actuator", settings, wrapped, http_port=0))
+    while "ctx" not in holder:
+        assert not task.done(), "the actuator stopped at start"
+        await asyncio.sleep(0.01)
+    running = RunningActuator(task, holder["ctx"])
+    try:
+        yield running
+    finally:
+        if not task.done():
+            await running.stop()
+
+
+async def wait_until(predicate: Any, timeout_s: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)

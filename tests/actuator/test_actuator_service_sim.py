@@ -1,0 +1,395 @@
+"""The actuator service end to end: real nats-server, kube-sim, the real shell."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gpuscale import codec, subjects
+from gpuscale.embedded_nats import EmbeddedNats
+from gpuscale.kube import request_json
+from gpuscale.natsio import NATS
+from gpuscale.wire import Decision
+from gpuscale_actuator.app import Hooks
+from gpuscale_actuator.core.plan import LAST_DECISION_ANNOTATION
+from gpuscale_kubesim import KubeSim
+
+from .actuator_harness import (
+    decision,
+    publish,
+    publish_raw,
+    running_actuator,
+    settings_for,
+    wait_until,
+    watch_actions,
+)
+from .kube_fixtures import (
+    ACTUATOR_RULES_SCALE_ONLY,
+    api_client,
+    deployment_path,
+    events_about,
+    rbac_kube_sim,
+    scalable_crd,
+    workload,
+)
+
+pytestmark = pytest.mark.integration
+
+PATCH_BERT = r"/apis/apps/v1/namespaces/default/deployments/bert$"
+SUCCESS = ("applied", "conflict_retried")
+
+
+async def replicas_of(kube_sim: KubeSim, name: str = "bert") -> int:
+    async with api_client(kube_sim.kubeconfig_path) as api:
+        obj = await request_json(api, "GET", deployment_path(name))
+    return int(obj["spec"]["replicas"])
+
+
+async def test_applies_a_decision_records_an_event_and_publishes_the_outcome(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        d = decision(from_=2, to=3)
+        await publish(nats_client, d)
+        action = await actions.wait_for(d.id)
+        assert action.outcome == "applied"
+        assert (action.replicas_before, action.replicas_after) == (2, 3)
+        assert (action.namespace, action.kind, action.name) == ("default", "Deployment", "bert")
+        async with api_client(kube_sim.kubeconfig_path) as api:
+            obj = await request_json(api, "GET", deployment_path("bert"))
+            assert obj["spec"]["replicas"] == 3
+            assert obj["metadata"]["annotations"][LAST_DECISION_ANNOTATION] == d.id
+            await wait_until(lambda: events_about(api, "bert"), what="an event on the target")
+            (event,) = await events_about(api, "bert")
+        assert event["reason"] == "SuccessfulRescale"
+        assert event["note"].startswith("New size: 3; reason: gpu_util 83.0 over target 70")
+        assert event["regarding"]["uid"] == obj["metadata"]["uid"]
+        assert actuator.metric("gpuscale_actuator_outcomes_total", outcome="applied") == 1
+        assert actuator.metric("gpuscale_actuator_decisions_consumed_total") == 1
+        assert actuator.metric("gpuscale_actuator_patch_latency_seconds_count") == 1
+        assert actuator.metric("gpuscale_actuator_leader") == 1
+        assert actuator.ctx is not None
+        base = f"http://127.0.0.1:{actuator.ctx.http.port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/readyz") as resp:
+                ready = await resp.json()
+                assert resp.status == 200, ready
+            assert ready["checks"]["nats"]["ok"] is True
+            assert ready["checks"]["kubernetes"]["ok"] is True
+            async with http.get(f"{base}/metrics") as resp:
+                text = await resp.text()
+            assert 'gpuscale_actuator_outcomes_total{outcome="applied"} 1.0' in text
+
+
+async def test_statefulsets_scale_too(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("StatefulSet", "llm", 1))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    async with watch_actions(nats_client) as actions, running_actuator(settings):
+        d = decision("llm", kind="StatefulSet", from_=1, to=4)
+        await publish(nats_client, d)
+        assert (await actions.wait_for(d.id)).outcome == "applied"
+        async with api_client(kube_sim.kubeconfig_path) as api:
+            obj = await request_json(api, "GET", "/apis/apps/v1/namespaces/default/statefulsets/llm")
+        assert obj["spec"]["replicas"] == 4
+
+
+async def test_stale_decisions_are_skipped(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, max_decision_age=30.0)
+    async with watch_actions(nats_client) as actions, running_actuator(settings):
+        moved = decision(from_=4, to=5)  # made when the target had 4 replicas; it has 2
+        old = decision(from_=2, to=3, age_s=45.0)  # right numbers, but older than 30 s
+        await publish(nats_client, moved)
+        await publish(nats_client, old)
+        a_moved = await actions.wait_for(moved.id)
+        a_old = await actions.wait_for(old.id)
+        assert a_moved.outcome == "skipped_stale"
+        assert "target has 2 replicas" in (a_moved.error or "")
+        assert a_old.outcome == "skipped_stale"
+        assert "old" in (a_old.error or "")
+    assert await replicas_of(kube_sim) == 2
+
+
+async def test_a_409_is_re_read_and_retried_once(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    kube_sim.faults.add("PATCH", PATCH_BERT, status=409, count=1)
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    async with watch_actions(nats_client) as actions, running_actuator(settings):
+        d = decision(from_=2, to=3)
+        await publish(nats_client, d)
+        action = await actions.wait_for(d.id)
+    assert action.outcome == "conflict_retried"
+    assert action.replicas_after == 3
+    assert await replicas_of(kube_sim) == 3
+
+
+async def test_429_three_times_then_success(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    kube_sim.faults.add("PATCH", PATCH_BERT, status=429, count=3)
+    patches = kube_sim.faults.add("PATCH", PATCH_BERT, delay_s=0.0, count=None)  # counts the rest
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        d = decision(from_=2, to=3)
+        await publish(nats_client, d)
+        action = await actions.wait_for(d.id, timeout_s=30)
+        assert actuator.metric("gpuscale_actuator_kube_retries_total", error="Throttled") == 3
+    # Retry-After makes this take seconds, in which kube-sim's pods may update the
+    # Deployment's status (a new resourceVersion): then the PATCH meets a 409 once.
+    assert action.outcome in SUCCESS
+    assert patches.hits == (1 if action.outcome == "applied" else 2)
+    assert await replicas_of(kube_sim) == 3
+
+
+async def test_a_missing_rbac_permission_fails_clearly_and_the_service_goes_on(
+    nats_server: EmbeddedNats, nats_client: NATS, tmp_path: Path
+) -> None:
+    async with rbac_kube_sim(tmp_path) as (sim, actuator_kubeconfig):
+        await sim.create(workload("Deployment", "bert", 2))
+        settings = settings_for(nats_server.url, str(actuator_kubeconfig))
+        async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+            for _ in range(2):  # the second one proves the service is still consuming
+                denied = decision(from_=2, to=3)
+                await publish(nats_client, denied)
+                action = await actions.wait_for(denied.id)
+                assert action.outcome == "failed"
+                assert action.error == "missing RBAC permission: patch deployments/scale in apps"
+            assert not actuator.task.done()
+            assert actuator.metric("gpuscale_actuator_outcomes_total", outcome="failed") == 2
+        assert sim.get("apps/v1", "Deployment", "bert")["spec"]["replicas"] == 2
+
+
+async def test_a_missing_target_fails_with_the_reason(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        d = decision("ghost", from_=1, to=2)
+        await publish(nats_client, d)
+        action = await actions.wait_for(d.id)
+        assert action.outcome == "failed"
+        assert "not found" in (action.error or "")
+        assert not actuator.task.done()
+
+
+async def test_dry_run_changes_nothing(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, dry_run=True)
+    async with watch_actions(nats_client) as actions, running_actuator(settings):
+        d = decision(from_=2, to=3)
+        await publish(nats_client, d)
+        action = await actions.wait_for(d.id)
+    assert action.outcome == "skipped_dry_run"
+    assert await replicas_of(kube_sim) == 2
+
+
+async def test_invalid_messages_are_rejected_counted_and_not_redelivered(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    subject = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "bert"))
+    other = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "other"))
+    good = decision(from_=2, to=3)
+    bad: list[tuple[str, Any]] = [
+        (subject, b"\xc1not msgpack"),
+        (subject, codec.encode_raw({"v": 2, "id": "x"})),
+        (subject, codec.encode_raw({**good.to_wire(), "to_replicas": -1})),
+        (other, codec.encode(good)),  # payload names another workload than its subject
+    ]
+    async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        for subj, payload in bad:
+            await publish_raw(nats_client, subj, payload)
+        await publish(nats_client, good)  # after the bad ones: proves they did not block the queue
+        assert (await actions.wait_for(good.id)).outcome == "applied"
+        rejected = {
+            reason: actuator.metric("gpuscale_messages_rejected_total", kind="decisions", reason=reason)
+            for reason in ("undecodable", "wrong_version", "out_of_range", "subject_mismatch")
+        }
+        assert rejected == {"undecodable": 1, "wrong_version": 1, "out_of_range": 1, "subject_mismatch": 1}
+        await asyncio.sleep(settings.ack_wait + 0.5)  # terminated, so never redelivered
+        assert actuator.metric("gpuscale_actuator_decisions_consumed_total") == 5
+    assert len(actions.for_decision(good.id)) == 1
+
+
+class SimulatedCrash(BaseException):
+    """Ends the service at the hook's point, past every ``except Exception``."""
+
+
+async def test_a_crash_between_patch_and_ack_applies_the_decision_exactly_once(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    patches = kube_sim.faults.add("PATCH", PATCH_BERT, delay_s=0.0, count=None)  # counts PATCHes
+    crashed = asyncio.Event()
+
+    async def crash_after_patch(_d: Decision) -> None:
+        crashed.set()
+        raise SimulatedCrash
+
+    d = decision(from_=2, to=3)
+    first = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="first")
+    async with watch_actions(nats_client) as actions:
+        async with running_actuator(first, Hooks(after_patch=crash_after_patch)) as dying:
+            await publish(nats_client, d)
+            await asyncio.wait_for(crashed.wait(), 15)
+            with contextlib.suppress(SimulatedCrash):  # the service died: no ack, no action
+                await dying.task
+        assert actions.for_decision(d.id) == []
+        assert patches.hits == 1
+        assert await replicas_of(kube_sim) == 3
+
+        second = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="second")
+        async with running_actuator(second) as restarted:
+            action = await actions.wait_for(d.id, timeout_s=20)  # redelivered after ack_wait
+            assert action.outcome == "applied"
+            assert restarted.metric("gpuscale_actuator_redelivered_applied_total") == 1
+            assert restarted.metric("gpuscale_actuator_patch_latency_seconds_count") == 0
+            # The next decision is made from 3: applying the first one twice would have made it stale.
+            nxt = decision(from_=3, to=5)
+            await publish(nats_client, nxt)
+            assert (await actions.wait_for(nxt.id)).outcome == "applied"
+    assert patches.hits == 2  # the crashed decision's PATCH and the next one's: never twice
+    assert await replicas_of(kube_sim) == 5
+
+
+async def test_survives_a_nats_outage(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        first = decision(from_=2, to=3)
+        await publish(nats_client, first)
+        assert (await actions.wait_for(first.id)).outcome in SUCCESS
+        nats_server.stop()
+        await asyncio.sleep(1.5)  # the fetch loop meets a dead connection for a while
+        assert not actuator.task.done()
+        nats_server.start()
+        await wait_until(lambda: nats_client.is_connected, timeout_s=15, what="the test client to reconnect")
+        second = decision(from_=3, to=4)
+        await publish(nats_client, second)
+        assert (await actions.wait_for(second.id, timeout_s=20)).outcome in SUCCESS
+        assert actuator.metric("gpuscale_nats_reconnects_total") >= 1
+    assert await replicas_of(kube_sim) == 4
+
+
+async def test_an_api_server_outage_delays_the_decision_but_does_not_lose_it(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(workload("Deployment", "bert", 2))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        await wait_until(lambda: actuator.metric("gpuscale_actuator_leader") == 1, what="leadership")
+        kube_sim.faults.add("GET", r"/deployments/bert$", status=503, count=None)
+        d = decision(from_=2, to=3)
+        await publish(nats_client, d)
+        await wait_until(
+            lambda: actuator.metric("gpuscale_actuator_kube_retries_total", error="ServerError") >= 2,
+            what="retries against the failing API server",
+        )
+        assert actions.for_decision(d.id) == []  # not final: not acked, not reported
+        kube_sim.faults.clear()
+        action = await actions.wait_for(d.id, timeout_s=30)
+        assert action.outcome in SUCCESS
+    assert await replicas_of(kube_sim) == 3
+
+
+async def test_custom_resources_scale_through_the_scale_subresource_once_per_decision(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(scalable_crd())
+    await kube_sim.create(
+        {
+            "apiVersion": "example.com/v1",
+            "kind": "InferencePool",
+            "metadata": {"name": "pool", "namespace": "default"},
+            "spec": {"replicas": 1},
+        }
+    )
+    scale_patches = kube_sim.faults.add("PATCH", r"/inferencepools/pool/scale$", delay_s=0.0, count=None)
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    d = decision("pool", kind="InferencePool", api_version="example.com/v1", from_=1, to=2)
+    subject = subjects.decisions(subjects.WorkloadKey("default", "InferencePool", "pool"))
+    async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        await publish(nats_client, d)
+        assert (await actions.wait_for(d.id)).outcome in SUCCESS
+        # The same decision again (a redelivery; no Nats-Msg-Id, so JetStream keeps it).
+        await publish_raw(nats_client, subject, codec.encode(d))
+        await wait_until(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
+        assert actions.for_decision(d.id)[1].outcome == "applied"
+        assert actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1
+    assert scale_patches.hits == 1
+    assert kube_sim.get("example.com/v1", "InferencePool", "pool")["spec"]["replicas"] == 2
+
+
+async def test_a_crash_before_the_record_on_a_custom_resource_is_not_applied_twice(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    """The generic path has no atomic annotation: the from_replicas check guards the window."""
+    await kube_sim.create(scalable_crd())
+    await kube_sim.create(
+        {
+            "apiVersion": "example.com/v1",
+            "kind": "InferencePool",
+            "metadata": {"name": "pool"},
+            "spec": {"replicas": 1},
+        }
+    )
+    scale_patches = kube_sim.faults.add("PATCH", r"/inferencepools/pool/scale$", delay_s=0.0, count=None)
+    crashed = asyncio.Event()
+
+    async def crash_after_patch(_d: Decision) -> None:
+        crashed.set()
+        raise SimulatedCrash
+
+    d = decision("pool", kind="InferencePool", api_version="example.com/v1", from_=1, to=2)
+    async with watch_actions(nats_client) as actions:
+        first = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="first")
+        async with running_actuator(first, Hooks(after_patch=crash_after_patch)) as dying:
+            await publish(nats_client, d)
+            await asyncio.wait_for(crashed.wait(), 15)
+            with contextlib.suppress(SimulatedCrash):
+                await dying.task
+        second = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="second")
+        async with running_actuator(second):
+            action = await actions.wait_for(d.id, timeout_s=20)
+    assert action.outcome == "skipped_stale"  # found at 2, not at its from_replicas 1
+    assert scale_patches.hits == 1
+    assert kube_sim.get("example.com/v1", "InferencePool", "pool")["spec"]["replicas"] == 2
+
+
+async def test_with_scale_only_rbac_it_scales_through_scale_and_still_applies_once(
+    nats_server: EmbeddedNats, nats_client: NATS, tmp_path: Path
+) -> None:
+    async with rbac_kube_sim(tmp_path, ACTUATOR_RULES_SCALE_ONLY) as (sim, actuator_kubeconfig):
+        await sim.create(workload("Deployment", "bert", 2))
+        scale_patches = sim.faults.add("PATCH", r"/deployments/bert/scale$", delay_s=0.0, count=None)
+        settings = settings_for(nats_server.url, str(actuator_kubeconfig))
+        d = decision(from_=2, to=3)
+        subject = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "bert"))
+        async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+            await publish(nats_client, d)
+            assert (await actions.wait_for(d.id)).outcome in SUCCESS
+            await publish_raw(nats_client, subject, codec.encode(d))  # a redelivery
+            await wait_until(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
+            assert actions.for_decision(d.id)[1].outcome == "applied"
+            assert actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1
+        assert scale_patches.hits == 1
+        assert sim.get("apps/v1", "Deployment", "bert")["spec"]["replicas"] == 3
