@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuscale.settings import CommonSettings, existing_file, option, path, port
+from gpuscale.settings import CommonSettings, boolean, existing_file, non_empty, option, path, port, seconds
+from gpuscale.subjects import DECIDER_STATE_BUCKET
 
 
 @dataclass(frozen=True)
@@ -26,4 +27,74 @@ class DeciderSettings(CommonSettings):
         env="GPUSCALE_POLICIES",
         parse=existing_file,
         help="GPUScaler objects from a YAML file instead of watching the cluster",
+    )
+    lease_name: str = option(
+        "gpuscale-decider",
+        "--lease-name",
+        env="GPUSCALE_LEASE_NAME",
+        parse=non_empty,
+        help="coordination.k8s.io Lease that elects the one deciding decider",
+    )
+    lease_namespace: str = option(
+        "default",
+        "--lease-namespace",
+        env=("GPUSCALE_LEASE_NAMESPACE", "POD_NAMESPACE"),
+        parse=non_empty,
+        help="namespace of the Lease",
+    )
+    identity: str = option(
+        "",
+        "--identity",
+        env="GPUSCALE_IDENTITY",
+        parse=non_empty,
+        help="this replica's name in the Lease (empty: host name and pid)",
+    )
+    leader_election: bool = option(
+        True,
+        "--leader-election",
+        env="GPUSCALE_LEADER_ELECTION",
+        parse=boolean,
+        help="elect one leader through the Lease (false: this replica always decides)",
+    )
+    max_metrics_age: float | None = option(
+        None,
+        "--max-metrics-age",
+        env="GPUSCALE_MAX_METRICS_AGE",
+        parse=seconds,
+        help="never act on metrics older than this (seconds; default: each policy's window)",
+    )
+    scale_cache: float = option(
+        1.0,
+        "--scale-cache",
+        env="GPUSCALE_SCALE_CACHE",
+        parse=seconds,
+        help="how long a read of a target's scale subresource is reused (seconds)",
+    )
+    actuation_timeout: float = option(
+        30.0,
+        "--actuation-timeout",
+        env="GPUSCALE_ACTUATION_TIMEOUT",
+        parse=seconds,
+        help="after a decision, wait this long for the scale subresource to show it before deciding afresh",
+    )
+    conflict_check_interval: float = option(
+        30.0,
+        "--conflict-check-interval",
+        env="GPUSCALE_CONFLICT_CHECK_INTERVAL",
+        parse=seconds,
+        help="how often to look for HPAs and KEDA ScaledObjects on the same targets (seconds)",
+    )
+    tick_interval: float = option(
+        5.0,
+        "--tick-interval",
+        env="GPUSCALE_TICK_INTERVAL",
+        parse=seconds,
+        help="how often workloads without metrics are re-evaluated and state is saved (seconds)",
+    )
+    state_bucket: str = option(
+        DECIDER_STATE_BUCKET,
+        "--state-bucket",
+        env="GPUSCALE_STATE_BUCKET",
+        parse=non_empty,
+        help="JetStream KV bucket holding recommendation history and scale events",
     )

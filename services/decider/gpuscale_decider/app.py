@@ -1,0 +1,244 @@
+"""``gpuscale decider``: the I/O shell around :class:`gpuscale_decider.decider.Decider`.
+
+NATS: subscribes to ``gpuscale.v1.metrics.>``, publishes decisions to the
+JetStream stream ``GPUSCALE_DECISIONS`` (``Nats-Msg-Id`` = decision id), keeps
+per-workload state in a KV bucket. Kubernetes: GPUScaler list+watch (or a
+YAML file with ``--policies``), scale subresource reads, status writes, the
+search for HPAs and KEDA ScaledObjects on the same targets, and leader
+election on the Lease ``gpuscale-decider``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from gpuscale import subjects
+from gpuscale.codec import encode
+from gpuscale.kube import new_api_client
+from gpuscale.leader import LeaderElector
+from gpuscale.natsio import (
+    NATS,
+    connect,
+    drain,
+    ensure_kv,
+    ensure_stream,
+    headers_msg_id,
+    is_connected,
+    jetstream,
+)
+from gpuscale.runtime import ServiceContext, run
+from gpuscale.wire import Decision
+from gpuscale_decider.decider import Decider, NoStatus, StatusSink
+from gpuscale_decider.kubeio import ConflictFinder, GPUScalerWatcher, StatusWriter
+from gpuscale_decider.policies import PolicyFileError, load_policy_file
+from gpuscale_decider.settings import DeciderSettings
+from gpuscale_decider.sources import KubeReplicaSource, KvStateStore
+
+SERVICE = "decider"
+# Decisions are kept a day for audit (the actuator's ensure_decisions_stream
+# creates the stream the same way when it starts first).
+DECISIONS_MAX_AGE_S: Final = 24 * 3600.0
+
+
+def main(settings: DeciderSettings) -> int:
+    return run(SERVICE, settings, serve)
+
+
+async def _retry(ctx: ServiceContext, what: str, fn: Any) -> Any:
+    """Set-up steps that need NATS: retry until they work or we are stopped."""
+    attempt = 0
+    while True:
+        try:
+            return await fn()
+        except Exception as e:
+            attempt += 1
+            if ctx.stop.is_set():
+                raise
+            if attempt == 1 or attempt % 10 == 0:
+                ctx.log.warning(
+                    "setup_step_failed", step=what, attempt=attempt, error=f"{type(e).__name__}: {e}"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctx.stop.wait(), min(0.5 * attempt, 5.0))
+            if ctx.stop.is_set():
+                raise
+
+
+class _PolicyFile:
+    """``--policies``: load at start and again whenever the file changes. An
+    unreadable file (mid-rename, broken YAML) keeps the policies loaded before."""
+
+    def __init__(self, path: Path, decider: Decider) -> None:
+        self.path = path
+        self.decider = decider
+        self.mtime: float | None = None
+        self.failed: str | None = None
+
+    def reload_if_changed(self) -> None:
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            mtime = None
+        if mtime is not None and mtime == self.mtime:
+            return
+        try:
+            valid, invalid = load_policy_file(self.path)
+        except PolicyFileError as e:
+            if self.failed != str(e):
+                self.failed = str(e)
+                self.decider.m.invalid_policies.labels(field="file").inc()
+                self.decider.log.error("policy_file_unreadable", path=str(self.path), error=str(e))
+            return
+        self.mtime = mtime
+        self.failed = None
+        self.decider.set_policies(valid, invalid)
+        self.decider.log.info("policies_loaded", path=str(self.path), valid=len(valid), invalid=len(invalid))
+
+
+async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | None = None) -> None:
+    """Run until ``ctx.stop``. ``on_decider`` (tests) sees the Decider once built."""
+    s: DeciderSettings = ctx.settings
+    log = ctx.log
+    nc: NATS | None = None
+    ctx.http.add_readiness("nats", lambda: is_connected(nc))
+    nc = await connect(
+        s.nats_url,
+        ctx.metrics,
+        name="gpuscale-decider",
+        creds=str(s.nats_creds) if s.nats_creds else None,
+        tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
+        stop=ctx.stop,
+    )
+    js = jetstream(nc)
+    await _retry(
+        ctx,
+        "decisions_stream",
+        lambda: ensure_stream(
+            js,
+            subjects.DECISIONS_STREAM,
+            [subjects.DECISIONS_ALL],
+            max_age_s=DECISIONS_MAX_AGE_S,
+            storage="file",
+            duplicate_window_s=120.0,
+        ),
+    )
+    kv = await _retry(ctx, "state_bucket", lambda: ensure_kv(js, s.state_bucket, history=1))
+    api = await new_api_client(s.kubeconfig)
+
+    identity = s.identity or f"{socket.gethostname()}-{os.getpid()}"
+    elector: LeaderElector | None = None
+    if s.leader_election:
+        elector = LeaderElector(api, s.lease_name, s.lease_namespace, identity)
+
+    def is_leader() -> bool:
+        return elector is None or elector.is_leader
+
+    status: StatusSink
+    writer: StatusWriter | None = None
+    if s.policies is None:
+        writer = StatusWriter(api, is_leader)
+        status = writer
+    else:
+        status = NoStatus()
+
+    async def publish(decision: Decision) -> None:
+        key = subjects.WorkloadKey(decision.namespace, decision.kind, decision.name)
+        await js.publish(
+            subjects.decisions(key), encode(decision), timeout=5.0, headers=headers_msg_id(decision.id)
+        )
+
+    decider = Decider(
+        ctx.metrics,
+        KubeReplicaSource(api, s.scale_cache),
+        KvStateStore(kv),
+        publish,
+        status=status,
+        is_leader=is_leader,
+        actuation_timeout_s=s.actuation_timeout,
+        max_metrics_age_s=s.max_metrics_age,
+    )
+    if elector is not None:
+
+        def started_leading() -> None:
+            decider.on_leadership_change()
+            decider.resubmit_statuses()
+
+        elector.on_started_leading = started_leading
+        elector.on_stopped_leading = decider.on_leadership_change
+        ctx.http.add_readiness(
+            "leader",
+            lambda: (True, "leader" if is_leader() else f"standby (leader: {elector.holder or '?'})"),
+        )
+
+    tasks: list[asyncio.Task[Any]] = []
+    policy_file: _PolicyFile | None = None
+    if s.policies is not None:
+        policy_file = _PolicyFile(s.policies, decider)
+        policy_file.reload_if_changed()
+    else:
+        watcher = GPUScalerWatcher(api, decider)
+        ctx.http.add_readiness(
+            "policies",
+            lambda: (watcher.synced.is_set(), "listed" if watcher.synced.is_set() else "not listed yet"),
+        )
+        tasks.append(asyncio.create_task(watcher.run(ctx.stop)))
+    if writer is not None:
+        tasks.append(asyncio.create_task(writer.run(ctx.stop)))
+    if elector is not None:
+        tasks.append(asyncio.create_task(elector.run(ctx.stop)))
+    conflicts = ConflictFinder(api, decider.set_conflicts, s.conflict_check_interval)
+    tasks.append(asyncio.create_task(conflicts.run(ctx.stop)))
+
+    async def ticker() -> None:
+        while not ctx.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctx.stop.wait(), s.tick_interval)
+            if ctx.stop.is_set():
+                break
+            try:
+                if policy_file is not None:
+                    policy_file.reload_if_changed()
+                await decider.tick(s.tick_interval)
+            except Exception as e:  # noqa: BLE001 - one bad tick must not end the loop
+                log.warning("tick_failed", error=f"{type(e).__name__}: {e}")
+
+    tasks.append(asyncio.create_task(ticker()))
+    sub = await nc.subscribe(subjects.METRICS_ALL, cb=decider.on_message, pending_msgs_limit=200_000)
+    with contextlib.suppress(Exception):
+        await nc.flush(timeout=2)  # the server knows the subscription before we say we are running
+    if on_decider is not None:
+        on_decider(decider)
+    log.info(
+        "decider_started",
+        identity=identity,
+        policies=str(s.policies) if s.policies else "GPUScaler objects",
+        leader_election=s.leader_election,
+    )
+    try:
+        await ctx.stop.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        # Finish publishing and save state before NATS goes, then stop the
+        # loops (the elector releases its lease).
+        with contextlib.suppress(Exception):
+            await decider.idle(2.0)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(decider.flush(), 2.0)
+        for task in tasks:
+            if task.done():
+                continue
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), 2.0)
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        await drain(nc)
+        await api.close()
+        log.info("decider_stopped")

@@ -1,0 +1,410 @@
+"""The GPUScaler policy (DESIGN.md §4) as a typed, validated model.
+
+:func:`parse_gpuscaler` takes the object as a plain map (from the API server
+or a YAML file) and returns a :class:`GPUScaler`, or raises
+:class:`PolicyError` listing every problem at once, each naming its field
+(``spec.maxReplicas``, ``spec.behavior.scaleUp.policies[1].type``). Defaults
+are HPA's (autoscaling/v2 ``HPAScalingRules`` defaults).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpuscale.wire import METRIC_NAMES
+
+API_GROUP: Final = "gpuscale.io"
+API_VERSION: Final = "v1alpha1"
+KIND: Final = "GPUScaler"
+PLURAL: Final = "gpuscalers"
+
+POLICY_TYPES: Final = ("Pods", "Percent")
+SELECT_POLICIES: Final = ("Max", "Min", "Disabled")
+# HPA's own bounds (k8s.io/kubernetes/pkg/apis/autoscaling/validation).
+MAX_STABILIZATION_WINDOW_S: Final = 3600
+MAX_PERIOD_S: Final = 1800
+DEFAULT_TOLERANCE: Final = 0.1
+DEFAULT_WINDOW_S: Final = 30.0
+
+
+class PolicyError(ValueError):
+    """An invalid GPUScaler. ``problems`` holds (field path, message) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__(self.summary())
+
+    def summary(self) -> str:
+        return "; ".join(f"{path}: {msg}" for path, msg in self.problems)
+
+    @property
+    def fields(self) -> list[str]:
+        return [path for path, _ in self.problems]
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleTargetRef:
+    api_version: str
+    kind: str
+    name: str
+
+    def reference(self) -> str:
+        """``Deployment/bert``, as ``kubectl get hpa`` shows REFERENCE."""
+        return f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricTarget:
+    name: str
+    target: float  # average per pod, in the metric's unit
+
+
+@dataclass(frozen=True, slots=True)
+class RatePolicy:
+    type: str  # Pods | Percent
+    value: int
+    period_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingRules:
+    """One direction's behaviour (HPAScalingRules plus cooldown and tolerance)."""
+
+    stabilization_window_seconds: int
+    policies: tuple[RatePolicy, ...]
+    select_policy: str  # Max | Min | Disabled
+    cooldown_seconds: int = 0
+    tolerance: float | None = None  # None: the top-level tolerance
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    after_seconds: float
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class GPUScalerSpec:
+    scale_target_ref: ScaleTargetRef
+    min_replicas: int
+    max_replicas: int
+    metrics: tuple[MetricTarget, ...]
+    window_s: float
+    tolerance: float
+    scale_up: ScalingRules
+    scale_down: ScalingRules
+    fallback: Fallback | None = None
+    paused: bool = False
+
+    @property
+    def scale_up_tolerance(self) -> float:
+        return self.tolerance if self.scale_up.tolerance is None else self.scale_up.tolerance
+
+    @property
+    def scale_down_tolerance(self) -> float:
+        return self.tolerance if self.scale_down.tolerance is None else self.scale_down.tolerance
+
+    def target_of(self, metric: str) -> float | None:
+        for m in self.metrics:
+            if m.name == metric:
+                return m.target
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GPUScaler:
+    namespace: str
+    name: str
+    spec: GPUScalerSpec
+    generation: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# HPA's defaults (autoscaling/v2 GenerateHPAScaleUpRules / ...ScaleDownRules).
+DEFAULT_SCALE_UP: Final = ScalingRules(
+    stabilization_window_seconds=0,
+    policies=(RatePolicy("Percent", 100, 15), RatePolicy("Pods", 4, 15)),
+    select_policy="Max",
+)
+DEFAULT_SCALE_DOWN: Final = ScalingRules(
+    stabilization_window_seconds=300,
+    policies=(RatePolicy("Percent", 100, 15),),
+    select_policy="Max",
+)
+
+
+# --- parsing ---------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class _Collector:
+    """Collects every problem so the user sees them all at once."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, str]] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append((path, message))
+
+    def map(self, value: Any, path: str, *, required: bool = False) -> Mapping[str, Any] | None:
+        if value is None:
+            if required:
+                self.add(path, "is required")
+            return None
+        if not isinstance(value, Mapping):
+            self.add(path, f"must be a map, got {type(value).__name__}")
+            return None
+        return value
+
+    def integer(
+        self,
+        m: Mapping[str, Any],
+        key: str,
+        path: str,
+        default: int | None,
+        *,
+        lo: int | None = None,
+        hi: int | None = None,
+    ) -> int | None:
+        value = m.get(key)
+        where = f"{path}.{key}"
+        if value is None:
+            if default is None:
+                self.add(where, "is required")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.add(where, f"must be a whole number, got {value!r}")
+            return default
+        if lo is not None and value < lo:
+            self.add(where, f"must be >= {lo}, got {value}")
+            return default
+        if hi is not None and value > hi:
+            self.add(where, f"must be <= {hi}, got {value}")
+            return default
+        return value
+
+    def number(
+        self, m: Mapping[str, Any], key: str, path: str, default: float | None, *, positive: bool = False
+    ) -> float | None:
+        value = m.get(key)
+        where = f"{path}.{key}"
+        if value is None:
+            if default is None:
+                self.add(where, "is required")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            try:
+                value = float(value) if isinstance(value, str) else None
+            except ValueError:
+                value = None
+            if value is None:
+                self.add(where, f"must be a number, got {m.get(key)!r}")
+                return default
+        f = float(value)
+        if not math.isfinite(f):
+            self.add(where, f"must be finite, got {f}")
+            return default
+        if positive and f <= 0:
+            self.add(where, f"must be greater than 0, got {value}")
+            return default
+        return f
+
+    def duration(self, m: Mapping[str, Any], key: str, path: str, default: float) -> float:
+        value = m.get(key)
+        where = f"{path}.{key}"
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            self.add(where, f"must be a duration such as 30s, got {value!r}")
+            return default
+        if isinstance(value, int | float):
+            seconds = float(value)
+        else:
+            match = _DURATION.match(str(value))
+            if not match:
+                self.add(where, f"must be a duration such as 30s, 500ms or 2m, got {value!r}")
+                return default
+            seconds = float(match.group(1)) * _UNITS[match.group(2)]
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.add(where, f"must be greater than 0, got {value!r}")
+            return default
+        return seconds
+
+    def string(self, m: Mapping[str, Any], key: str, path: str, default: str | None = None) -> str:
+        value = m.get(key)
+        where = f"{path}.{key}"
+        if value is None:
+            if default is None:
+                self.add(where, "is required")
+                return ""
+            return default
+        if not isinstance(value, str) or not value:
+            self.add(where, f"must be a non-empty string, got {value!r}")
+            return default or ""
+        return value
+
+
+def _rules(c: _Collector, raw: Any, path: str, default: ScalingRules) -> ScalingRules:
+    m = c.map(raw, path)
+    if m is None:
+        return default
+    window = c.integer(
+        m,
+        "stabilizationWindowSeconds",
+        path,
+        default.stabilization_window_seconds,
+        lo=0,
+        hi=MAX_STABILIZATION_WINDOW_S,
+    )
+    cooldown = c.integer(m, "cooldownSeconds", path, 0, lo=0)
+    select = m.get("selectPolicy", default.select_policy)
+    if select not in SELECT_POLICIES:
+        c.add(f"{path}.selectPolicy", f"must be one of {', '.join(SELECT_POLICIES)}, got {select!r}")
+        select = default.select_policy
+    tolerance: float | None = None
+    if m.get("tolerance") is not None:
+        tolerance = c.number(m, "tolerance", path, None)
+        if tolerance is not None and not 0 <= tolerance < 1:
+            c.add(f"{path}.tolerance", f"must be in [0, 1), got {tolerance}")
+            tolerance = None
+    policies = default.policies
+    raw_policies = m.get("policies")
+    if raw_policies is not None:
+        if not isinstance(raw_policies, list):
+            c.add(f"{path}.policies", "must be a list")
+        elif not raw_policies:
+            c.add(f"{path}.policies", "must hold at least one policy (or be left out for the defaults)")
+        else:
+            parsed: list[RatePolicy] = []
+            for i, rp in enumerate(raw_policies):
+                ppath = f"{path}.policies[{i}]"
+                pm = c.map(rp, ppath, required=True)
+                if pm is None:
+                    continue
+                ptype = pm.get("type")
+                if ptype not in POLICY_TYPES:
+                    c.add(f"{ppath}.type", f"must be one of {', '.join(POLICY_TYPES)}, got {ptype!r}")
+                value = c.integer(pm, "value", ppath, None, lo=1)
+                period = c.integer(pm, "periodSeconds", ppath, None, lo=1, hi=MAX_PERIOD_S)
+                if ptype in POLICY_TYPES and value is not None and period is not None:
+                    parsed.append(RatePolicy(str(ptype), value, period))
+            policies = tuple(parsed)
+    return ScalingRules(
+        stabilization_window_seconds=default.stabilization_window_seconds if window is None else window,
+        policies=policies,
+        select_policy=str(select),
+        cooldown_seconds=cooldown or 0,
+        tolerance=tolerance,
+    )
+
+
+def parse_gpuscaler(obj: Any) -> GPUScaler:
+    """A GPUScaler from its map form, or PolicyError naming every bad field."""
+    c = _Collector()
+    root = c.map(obj, "object", required=True) or {}
+    meta = c.map(root.get("metadata"), "metadata", required=True) or {}
+    name = c.string(meta, "name", "metadata")
+    namespace = c.string(meta, "namespace", "metadata", default="default")
+    generation_raw = meta.get("generation", 0)
+    generation = generation_raw if isinstance(generation_raw, int) else 0
+    kind = root.get("kind", KIND)
+    if kind != KIND:
+        c.add("kind", f"must be {KIND}, got {kind!r}")
+    spec = c.map(root.get("spec"), "spec", required=True) or {}
+
+    ref_map = c.map(spec.get("scaleTargetRef"), "spec.scaleTargetRef", required=True) or {}
+    ref = ScaleTargetRef(
+        api_version=c.string(ref_map, "apiVersion", "spec.scaleTargetRef", default="apps/v1"),
+        kind=c.string(ref_map, "kind", "spec.scaleTargetRef"),
+        name=c.string(ref_map, "name", "spec.scaleTargetRef"),
+    )
+    min_replicas = c.integer(spec, "minReplicas", "spec", 1, lo=1)
+    max_replicas = c.integer(spec, "maxReplicas", "spec", None, lo=1)
+    if min_replicas is not None and max_replicas is not None and max_replicas < min_replicas:
+        c.add("spec.maxReplicas", f"must be >= spec.minReplicas ({min_replicas}), got {max_replicas}")
+
+    metrics: list[MetricTarget] = []
+    raw_metrics = spec.get("metrics")
+    if not isinstance(raw_metrics, list) or not raw_metrics:
+        c.add("spec.metrics", "must be a non-empty list of {name, target}")
+    else:
+        seen: set[str] = set()
+        for i, rm in enumerate(raw_metrics):
+            mpath = f"spec.metrics[{i}]"
+            mm = c.map(rm, mpath, required=True)
+            if mm is None:
+                continue
+            mname = mm.get("name")
+            if mname not in METRIC_NAMES:
+                c.add(f"{mpath}.name", f"must be one of {', '.join(METRIC_NAMES)}, got {mname!r}")
+            elif mname in seen:
+                c.add(f"{mpath}.name", f"{mname} is listed twice")
+            target = c.number(mm, "target", mpath, None, positive=True)
+            if isinstance(mname, str) and mname in METRIC_NAMES and mname not in seen and target is not None:
+                metrics.append(MetricTarget(mname, target))
+            if isinstance(mname, str):
+                seen.add(mname)
+
+    window_s = c.duration(spec, "window", "spec", DEFAULT_WINDOW_S)
+    tolerance = c.number(spec, "tolerance", "spec", DEFAULT_TOLERANCE)
+    if tolerance is not None and not 0 <= tolerance < 1:
+        c.add("spec.tolerance", f"must be in [0, 1), got {tolerance}")
+    behavior = c.map(spec.get("behavior"), "spec.behavior") or {}
+    scale_up = _rules(c, behavior.get("scaleUp"), "spec.behavior.scaleUp", DEFAULT_SCALE_UP)
+    scale_down = _rules(c, behavior.get("scaleDown"), "spec.behavior.scaleDown", DEFAULT_SCALE_DOWN)
+
+    fallback: Fallback | None = None
+    fb = c.map(spec.get("fallback"), "spec.fallback")
+    if fb is not None:
+        after = c.number(fb, "afterSeconds", "spec.fallback", None, positive=True)
+        replicas = c.integer(fb, "replicas", "spec.fallback", None, lo=0)
+        if replicas is not None and max_replicas is not None and replicas > max_replicas:
+            c.add("spec.fallback.replicas", f"must be <= spec.maxReplicas ({max_replicas}), got {replicas}")
+        if after is not None and replicas is not None:
+            fallback = Fallback(after, replicas)
+    paused = spec.get("paused", False)
+    if not isinstance(paused, bool):
+        c.add("spec.paused", f"must be true or false, got {paused!r}")
+        paused = False
+
+    if c.problems or min_replicas is None or max_replicas is None or tolerance is None:
+        raise PolicyError(c.problems or [("spec", "is incomplete")])
+    return GPUScaler(
+        namespace=namespace,
+        name=name,
+        generation=generation,
+        spec=GPUScalerSpec(
+            scale_target_ref=ref,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            metrics=tuple(metrics),
+            window_s=window_s,
+            tolerance=tolerance,
+            scale_up=scale_up,
+            scale_down=scale_down,
+            fallback=fallback,
+            paused=paused,
+        ),
+    )
+
+
+def object_identity(obj: Any) -> tuple[str, str]:
+    """(namespace, name) of a possibly invalid object, for reporting it."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return ("default", "<unnamed>")
+    ns = meta.get("namespace")
+    name = meta.get("name")
+    return (
+        ns if isinstance(ns, str) and ns else "default",
+        name if isinstance(name, str) and name else "<unnamed>",
+    )

@@ -1,0 +1,276 @@
+"""The decider's Kubernetes side: GPUScaler list+watch, status writes, and
+the search for other controllers (HPA, KEDA) on the same targets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from kubernetes_asyncio import watch
+from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+
+from gpuscale.kube import Forbidden, KubeError, NotFound, backoff_delay, request_json
+from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.subjects import WorkloadKey
+from gpuscale_decider.core.policy import (
+    API_GROUP,
+    API_VERSION,
+    PLURAL,
+    PolicyError,
+    object_identity,
+    parse_gpuscaler,
+)
+from gpuscale_decider.decider import Decider
+from gpuscale_decider.policies import InvalidPolicy
+
+WATCH_TIMEOUT_S: Final = 60
+# Status keys the decider owns: a merge patch sets the ones it leaves out to null.
+STATUS_KEYS: Final = (
+    "observedGeneration",
+    "reference",
+    "targets",
+    "currentReplicas",
+    "desiredReplicas",
+    "currentMetrics",
+    "lastScaleTime",
+    "reason",
+    "conditions",
+)
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return object_identity(obj)
+
+
+def apply_object(decider: Decider, obj: Mapping[str, Any]) -> None:
+    """An added or modified GPUScaler object."""
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else None
+    try:
+        scaler = parse_gpuscaler(obj)
+    except PolicyError as e:
+        ns, name = _identity(obj)
+        decider.add_invalid(InvalidPolicy(ns, name, e, obj), status)
+        return
+    decider.upsert_policy(scaler, status)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, delay: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), delay)
+
+
+class GPUScalerWatcher:
+    """List, then watch from the list's resourceVersion; relist after any error."""
+
+    def __init__(self, api: ApiClient, decider: Decider) -> None:
+        self.api = api
+        self.custom = CustomObjectsApi(api)
+        self.decider = decider
+        self.synced = asyncio.Event()
+        self.log = get_logger(component="gpuscaler_watch")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        attempt = 0
+        while not stop.is_set():
+            try:
+                rv = await self._relist()
+                attempt = 0
+                await self._watch(rv, stop)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - API down, 410 Gone, a bad answer: relist after a backoff
+                attempt += 1
+                delay = max(0.2, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
+                if attempt == 1 or attempt % 10 == 0:
+                    self.log.warning(
+                        "gpuscaler_watch_failed", attempt=attempt, error=f"{type(e).__name__}: {e}"
+                    )
+                await _sleep_or_stop(stop, delay)
+
+    async def _relist(self) -> str:
+        doc = await self.custom.list_cluster_custom_object(API_GROUP, API_VERSION, PLURAL)
+        valid = []
+        invalid = []
+        statuses: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for obj in doc.get("items") or []:
+            try:
+                scaler = parse_gpuscaler(obj)
+            except PolicyError as e:
+                ns, name = _identity(obj)
+                invalid.append(InvalidPolicy(ns, name, e, obj))
+                continue
+            valid.append(scaler)
+            if isinstance(obj.get("status"), Mapping):
+                statuses[(scaler.namespace, scaler.name)] = obj["status"]
+        self.decider.set_policies(valid, invalid, statuses)
+        self.synced.set()
+        rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
+        self.log.info("gpuscalers_listed", valid=len(valid), invalid=len(invalid), resource_version=rv)
+        return rv
+
+    async def _watch(self, rv: str, stop: asyncio.Event) -> None:
+        w = watch.Watch()
+        stop_task = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                stream = w.stream(
+                    self.custom.list_cluster_custom_object,
+                    API_GROUP,
+                    API_VERSION,
+                    PLURAL,
+                    resource_version=rv,
+                    timeout_seconds=WATCH_TIMEOUT_S,
+                )
+                iterator = stream.__aiter__()
+                while True:
+                    next_event = asyncio.ensure_future(iterator.__anext__())
+                    done, _ = await asyncio.wait({next_event, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+                    if next_event not in done:
+                        next_event.cancel()
+                        with contextlib.suppress(BaseException):
+                            await next_event
+                        return
+                    try:
+                        event = next_event.result()
+                    except StopAsyncIteration:
+                        break  # the server closed the watch (timeoutSeconds): watch again from rv
+                    rv = self._apply(event, rv)
+        finally:
+            stop_task.cancel()
+            w.stop()
+
+    def _apply(self, event: Mapping[str, Any], rv: str) -> str:
+        kind = event.get("type")
+        obj = event.get("object")
+        if kind == "ERROR":
+            raise KubeError(
+                int((obj or {}).get("code") or 0), str((obj or {}).get("message") or "watch error")
+            )
+        if not isinstance(obj, Mapping):
+            return rv
+        new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+        if kind in ("ADDED", "MODIFIED"):
+            apply_object(self.decider, obj)
+        elif kind == "DELETED":
+            self.decider.remove_policy(*_identity(obj))
+        return new_rv
+
+
+class StatusWriter:
+    """Writes GPUScaler statuses in the background, latest per object wins."""
+
+    def __init__(self, api: ApiClient, is_leader: Callable[[], bool] = lambda: True) -> None:
+        self.api = api
+        self.is_leader = is_leader
+        self._pending: dict[tuple[str, str], dict[str, Any]] = {}
+        self._wake = asyncio.Event()
+        self._once = OncePerKey()
+        self.written = 0
+        self.log = get_logger(component="status_writer")
+
+    def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self._pending[(namespace, name)] = status
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        attempt = 0
+        stop_task = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                wake = asyncio.create_task(self._wake.wait())
+                await asyncio.wait({wake, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+                wake.cancel()
+                self._wake.clear()
+                while self._pending and not stop.is_set():
+                    (namespace, name), status = next(iter(self._pending.items()))
+                    del self._pending[(namespace, name)]
+                    if not self.is_leader():
+                        continue
+                    ok = await self._write(namespace, name, status)
+                    if ok:
+                        attempt = 0
+                        continue
+                    # keep the newest: put it back unless a newer one arrived meanwhile
+                    self._pending.setdefault((namespace, name), status)
+                    attempt += 1
+                    await _sleep_or_stop(stop, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
+        finally:
+            stop_task.cancel()
+
+    async def _write(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+        body = {"status": {key: status.get(key) for key in STATUS_KEYS}}
+        path = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        try:
+            await request_json(self.api, "PATCH", path, body, content_type="application/merge-patch+json")
+        except NotFound:
+            return True  # deleted meanwhile: nothing to report on
+        except Forbidden as e:
+            if self._once.first("forbidden", e.missing_permission):
+                self.log.error(
+                    "status_write_forbidden", missing_permission=e.missing_permission, error=str(e)
+                )
+            return True  # retrying cannot grant RBAC; the next change tries again
+        except KubeError as e:
+            if self._once.first("write", namespace, name, str(e.status)):
+                self.log.warning("status_write_failed", gpuscaler=f"{namespace}/{name}", error=str(e))
+            return not e.retryable
+        self._once.forget("write", namespace, name, "0")
+        self.written += 1
+        return True
+
+
+def _other_controllers(
+    hpas: Mapping[str, Any], scaled_objects: Mapping[str, Any] | None
+) -> dict[WorkloadKey, str]:
+    found: dict[WorkloadKey, str] = {}
+    for item in hpas.get("items") or []:
+        meta = item.get("metadata") or {}
+        ref = (item.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("kind") and ref.get("name") and meta.get("namespace"):
+            key = WorkloadKey(meta["namespace"], ref["kind"], ref["name"])
+            found[key] = f"HorizontalPodAutoscaler {meta['namespace']}/{meta.get('name')}"
+    for item in (scaled_objects or {}).get("items") or []:
+        meta = item.get("metadata") or {}
+        ref = (item.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("name") and meta.get("namespace"):
+            key = WorkloadKey(meta["namespace"], ref.get("kind") or "Deployment", ref["name"])
+            found.setdefault(key, f"KEDA ScaledObject {meta['namespace']}/{meta.get('name')}")
+    return found
+
+
+class ConflictFinder:
+    """Every ``interval_s``: HPAs and KEDA ScaledObjects that target a workload."""
+
+    def __init__(
+        self, api: ApiClient, apply: Callable[[dict[WorkloadKey, str]], None], interval_s: float
+    ) -> None:
+        self.api = api
+        self.apply = apply
+        self.interval_s = interval_s
+        self._once = OncePerKey()
+        self.log = get_logger(component="conflict_finder")
+
+    async def check(self) -> None:
+        hpas = await request_json(self.api, "GET", "/apis/autoscaling/v2/horizontalpodautoscalers")
+        try:
+            scaled: Mapping[str, Any] | None = await request_json(
+                self.api, "GET", "/apis/keda.sh/v1alpha1/scaledobjects"
+            )
+        except NotFound:
+            scaled = None  # KEDA is not installed
+        self.apply(_other_controllers(hpas, scaled))
+
+    async def run(self, stop: asyncio.Event, first: Awaitable[Any] | None = None) -> None:
+        if first is not None:
+            await first
+        while not stop.is_set():
+            try:
+                await self.check()
+                self._once.forget("failed")
+            except KubeError as e:
+                if self._once.first("failed"):
+                    self.log.warning("conflict_check_failed", error=str(e))
+            await _sleep_or_stop(stop, self.interval_s)

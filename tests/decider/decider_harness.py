@@ -1,0 +1,191 @@
+"""Run the decider in-process against a real nats-server and kube-sim."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuscale import codec, subjects
+from gpuscale.natsio import NATS
+from gpuscale.runtime import ServiceContext, run_async
+from gpuscale.wire import Decision, PodMetrics, WorkloadMetrics
+from gpuscale_decider.app import serve
+from gpuscale_decider.decider import Decider
+from gpuscale_decider.settings import DeciderSettings
+
+
+def settings_for(nats_url: str, kubeconfig: str | Path, **overrides: Any) -> DeciderSettings:
+    base = DeciderSettings(
+        nats_url=(nats_url,),
+        kubeconfig=Path(kubeconfig),
+        http_port=0,
+        identity="decider-test",
+        leader_election=False,
+        tick_interval=0.5,
+        scale_cache=0.2,
+        conflict_check_interval=0.5,
+    )
+    return replace(base, **overrides)
+
+
+def gpuscaler(
+    name: str = "bert",
+    target: str = "bert",
+    *,
+    namespace: str = "default",
+    max_replicas: int = 10,
+    min_replicas: int = 1,
+    behavior: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
+        "metrics": [{"name": "gpu_util", "target": 70}],
+        "behavior": behavior if behavior is not None else {"scaleDown": {"stabilizationWindowSeconds": 0}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "gpuscale.io/v1alpha1",
+        "kind": "GPUScaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body,
+    }
+
+
+def write_policies(path: Path, *docs: Any) -> Path:
+    path.write_text(yaml.safe_dump_all(list(docs)))
+    return path
+
+
+def metrics_message(
+    name: str, util: float, fresh: int, *, ts: float | None = None, namespace: str = "default"
+) -> WorkloadMetrics:
+    ts = time.time() if ts is None else ts
+    return WorkloadMetrics(
+        namespace=namespace,
+        kind="Deployment",
+        name=name,
+        ts=ts,
+        window_s=30.0,
+        pods=tuple(PodMetrics(f"{name}-{i}", {"gpu_util": util}, ts) for i in range(fresh)),
+        averages={"gpu_util": util},
+        pods_fresh=fresh,
+        pods_stale=0,
+    )
+
+
+async def publish_metrics(nc: NATS, m: WorkloadMetrics) -> None:
+    key = subjects.WorkloadKey(m.namespace, m.kind, m.name)
+    await nc.publish(subjects.metrics(key), codec.encode(m))
+    await nc.flush()
+
+
+@dataclass
+class DecisionWatch:
+    decisions: list[Decision] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def next(self, count: int = 1, timeout_s: float = 10.0) -> Decision:
+        deadline = time.monotonic() + timeout_s
+        while len(self.decisions) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"expected {count} decisions, got {len(self.decisions)}")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), left)
+        return self.decisions[count - 1]
+
+
+@asynccontextmanager
+async def watch_decisions(nc: NATS) -> AsyncIterator[DecisionWatch]:
+    watch = DecisionWatch()
+
+    async def on_msg(msg: Any) -> None:
+        watch.decisions.append(codec.decode(msg.data, Decision, time.time() + 3600))
+        watch.changed.set()
+
+    sub = await nc.subscribe(subjects.DECISIONS_ALL, cb=on_msg)
+    try:
+        yield watch
+    finally:
+        await sub.unsubscribe()
+
+
+@dataclass
+class RunningDecider:
+    task: asyncio.Task[int]
+    ctx: ServiceContext
+    decider: Decider
+
+    async def stop(self, timeout_s: float = 15.0) -> int:
+        self.ctx.stop.set()
+        return await asyncio.wait_for(self.task, timeout_s)
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.ctx.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+@asynccontextmanager
+async def running_decider(settings: DeciderSettings) -> AsyncIterator[RunningDecider]:
+    holder: dict[str, Any] = {}
+
+    async def wrapped(ctx: ServiceContext) -> None:
+        holder["ctx"] = ctx
+        await serve(ctx, on_decider=lambda d: holder.setdefault("decider", d))
+
+    task = asyncio.create_task(run_async("decider", settings, wrapped, http_port=0))
+    deadline = time.monotonic() + 20
+    while "decider" not in holder:
+        if task.done():
+            raise AssertionError(f"the decider stopped at start: {task.result()}")
+        if time.monotonic() > deadline:
+            raise AssertionError("the decider did not start")
+        await asyncio.sleep(0.02)
+    running = RunningDecider(task, holder["ctx"], holder["decider"])
+    try:
+        yield running
+    finally:
+        if not task.done():
+            await running.stop()
+
+
+async def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def deployment(name: str, replicas: int, namespace: str = "default") -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "server", "image": "example.com/bert:1"}]},
+            },
+        },
+    }

@@ -1,0 +1,376 @@
+"""The decider service against a real nats-server and kube-sim."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuscale import codec, subjects
+from gpuscale.embedded_nats import EmbeddedNats
+from gpuscale.kube import new_api_client, request_json
+from gpuscale.natsio import NATS, jetstream
+from gpuscale_kubesim import KubeSim
+
+from .decider_harness import (
+    deployment,
+    gpuscaler,
+    metrics_message,
+    publish_metrics,
+    running_decider,
+    settings_for,
+    wait_until,
+    watch_decisions,
+    write_policies,
+)
+
+pytestmark = pytest.mark.integration
+
+
+async def scale_to(sim: KubeSim, name: str, replicas: int) -> None:
+    """Play the actuator: PATCH the scale subresource."""
+    api = await new_api_client(Path(sim.kubeconfig_path))
+    try:
+        await request_json(
+            api,
+            "PATCH",
+            f"/apis/apps/v1/namespaces/default/deployments/{name}/scale",
+            {"spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+        )
+    finally:
+        await api.close()
+
+
+async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    await kube_sim.create(deployment("bert", 2))
+    policies = write_policies(tmp_path / "policies.yaml", gpuscaler("bert", "bert"))
+    settings = settings_for(
+        nats_server.url, kube_sim.kubeconfig_path, policies=policies, actuation_timeout=30.0
+    )
+    headers: list[dict[str, str]] = []
+
+    async def on_raw(msg: Any) -> None:
+        headers.append(dict(msg.headers or {}))
+
+    raw_sub = await nats_client.subscribe(subjects.DECISIONS_ALL, cb=on_raw)
+    async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
+        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        decision = await watch.next(1)
+        assert (decision.from_replicas, decision.to_replicas) == (2, 3)
+        assert (
+            "gpu_util 83.0 over target 70 (ratio 1.19) on 2 of 2 pods: ceil(2 × 1.19) = 3" in decision.reason
+        )
+        assert decision.inputs["averages"] == {"gpu_util": 83.0}
+        assert decision.inputs["targets"] == {"gpu_util": 70}
+        assert decision.inputs["pods_fresh"] == 2
+        assert decision.inputs["recommendation"] == 3
+        await wait_until(lambda: headers, what="raw decision")
+        assert headers[0].get("Nats-Msg-Id") == decision.id
+        # Durable: the decision is in the JetStream stream.
+        info = await jetstream(nats_client).stream_info(subjects.DECISIONS_STREAM)
+        assert info.state.messages == 1
+
+        # The actuator has not acted yet: the same load does not re-publish.
+        for _ in range(5):
+            await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
+        assert len(watch.decisions) == 1
+
+        # The actuator applies it; the decider decides afresh on the new count.
+        await scale_to(kube_sim, "bert", 3)
+        await wait_until(
+            lambda: (
+                running.decider.workloads[subjects.WorkloadKey("default", "Deployment", "bert")].pending
+                is None
+            ),
+            what="pending decision cleared",
+        )
+        await publish_metrics(nats_client, metrics_message("bert", 100.0, 3))
+        second = await watch.next(2)
+        assert (second.from_replicas, second.to_replicas) == (3, 5)
+        assert running.metric("gpuscale_decider_decisions_total", direction="up") == 2
+    await raw_sub.unsubscribe()
+
+
+async def test_restart_keeps_the_scale_down_stabilization_window(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    """Decider 1 sees the load at target on 4 replicas; after a restart,
+    decider 2 holds a scale-down until 300 s after decider 1's history, not
+    300 s after its own start: the window survived in the KV bucket."""
+    await kube_sim.create(deployment("bert", 4))
+    policies = write_policies(tmp_path / "policies.yaml", gpuscaler("bert", "bert", behavior={}))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies, tick_interval=3600)
+    t0 = time.time()
+    async with running_decider(settings) as first:
+        for _ in range(3):
+            await publish_metrics(nats_client, metrics_message("bert", 70.0, 4))
+        await wait_until(
+            lambda: first.metric("gpuscale_decider_evaluations_total") >= 3, what="3 evaluations"
+        )
+    offset = {"s": t0 + 250.0 - time.time()}
+    async with running_decider(settings) as second, watch_decisions(nats_client) as watch:
+        second.decider.clock = lambda: time.time() + offset["s"]
+        # 250 s later: the load halves, and the window (anchored at t0) holds it.
+        await publish_metrics(nats_client, metrics_message("bert", 35.0, 4, ts=time.time() + offset["s"]))
+        await wait_until(lambda: second.metric("gpuscale_decider_evaluations_total") >= 1, what="evaluation")
+        evaluation = second.decider.workloads[
+            subjects.WorkloadKey("default", "Deployment", "bert")
+        ].last_evaluation
+        assert evaluation is not None
+        assert not evaluation.change
+        assert "held by the 300 s scale-down stabilization window at 4" in evaluation.reason
+        # 320 s after decider 1's history (70 s after decider 2 started): released.
+        # A decider that forgot would start a fresh window and still hold.
+        offset["s"] = t0 + 320.0 - time.time()
+        await publish_metrics(nats_client, metrics_message("bert", 35.0, 4, ts=time.time() + offset["s"]))
+        decision = await watch.next(1)
+        assert (decision.from_replicas, decision.to_replicas) == (4, 2)
+
+
+async def test_malformed_metrics_are_counted_and_never_crash(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    await kube_sim.create(deployment("bert", 1))
+    policies = write_policies(
+        tmp_path / "policies.yaml", gpuscaler("bert", "bert", metrics=[{"name": "gpu_util", "target": 20}])
+    )
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
+    key = subjects.WorkloadKey("default", "Deployment", "bert")
+    good = metrics_message("bert", 23.0, 1)
+    async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
+        await nats_client.publish(subjects.metrics(key), b"\xc1 not msgpack")
+        await nats_client.publish(subjects.metrics(key), codec.encode_raw({"v": 2, "namespace": "default"}))
+        await nats_client.publish(subjects.metrics(key), codec.encode_raw([1, 2, 3]))
+        wrong_place = metrics_message("other", 23.0, 1)
+        await nats_client.publish(subjects.metrics(key), codec.encode(wrong_place))
+        nan = good.to_wire()
+        nan["averages"] = {"gpu_util": float("nan")}
+        await nats_client.publish(subjects.metrics(key), codec.encode_raw(nan))
+        await nats_client.publish("gpuscale.v1.metrics.too.short", codec.encode(good))
+        await nats_client.flush()
+
+        def rejected(reason: str) -> float:
+            return running.metric("gpuscale_messages_rejected_total", kind="metrics", reason=reason)
+
+        await wait_until(lambda: rejected("bad_subject") >= 1, what="rejections counted")
+        assert rejected("undecodable") == 1
+        assert rejected("wrong_version") == 1
+        assert rejected("not_a_map") == 1
+        assert rejected("subject_mismatch") == 1
+        assert rejected("not_finite") == 1
+        # Still alive and deciding: the seeds' example, 1 replica at 23 vs 20 -> 2.
+        await publish_metrics(nats_client, good)
+        decision = await watch.next(1)
+        assert decision.to_replicas == 2
+        assert not running.task.done()
+
+
+async def test_invalid_policies_in_a_file_are_reported_and_the_valid_ones_work(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    await kube_sim.create(deployment("bert", 2))
+    bad = gpuscaler("broken", "bert", max_replicas=1, min_replicas=3)
+    worse = gpuscaler("worse", "bert", metrics=[{"name": "gpu_fun", "target": 0}])
+    policies = write_policies(
+        tmp_path / "policies.yaml", bad, "just a string", worse, gpuscaler("bert", "bert")
+    )
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
+    async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
+        fields = {name: err.fields for name, err in running.decider.policy_error_summary()}
+        assert "spec.maxReplicas" in fields["default/broken"]
+        assert {"spec.metrics[0].name", "spec.metrics[0].target"} <= set(fields["default/worse"])
+        assert any("object" in f for f in fields["default/<document 2>"])
+        assert running.metric("gpuscale_decider_invalid_policies_total", field="spec.maxReplicas") == 1
+        assert running.metric("gpuscale_decider_policies", state="invalid") == 3
+        assert running.metric("gpuscale_decider_policies", state="valid") == 1
+        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        assert (await watch.next(1)).to_replicas == 3
+        assert not running.task.done()
+
+
+def hpa(name: str, target: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": 1,
+            "maxReplicas": 5,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}},
+                }
+            ],
+        },
+    }
+
+
+def conditions_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflicts_no_decision(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(deployment("bert", 2))
+    await kube_sim.create(deployment("llama", 2))
+    await kube_sim.create(gpuscaler("bert", "bert"))
+    await kube_sim.create(gpuscaler("broken", "bert-two", max_replicas=1, min_replicas=3))
+    await kube_sim.create(hpa("llama-hpa", "llama"))
+    await kube_sim.create(gpuscaler("llama", "llama"))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, leader_election=True)
+
+    def scaler(name: str) -> dict[str, Any]:
+        return kube_sim.get("gpuscale.io/v1alpha1", "GPUScaler", name)
+
+    async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
+        await wait_until(lambda: running.decider.is_leader(), what="leadership")
+        lease = kube_sim.get("coordination.k8s.io/v1", "Lease", "gpuscale-decider")
+        assert lease["spec"]["holderIdentity"] == "decider-test"
+
+        # The invalid object gets a condition naming the field, and is not acted on.
+        await wait_until(lambda: "AbleToScale" in conditions_of(scaler("broken")), what="invalid status")
+        able = conditions_of(scaler("broken"))["AbleToScale"]
+        assert (able["status"], able["reason"]) == ("False", "InvalidPolicy")
+        assert "spec.maxReplicas" in able["message"]
+
+        await wait_until(lambda: running.decider.workloads, what="policies listed")
+        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        decision = await watch.next(1)
+        assert (decision.name, decision.to_replicas) == ("bert", 3)
+        await wait_until(
+            lambda: (scaler("bert").get("status") or {}).get("targets") == "83/70", what="bert status"
+        )
+        status = scaler("bert")["status"]
+        assert status["reference"] == "Deployment/bert"
+        assert status["desiredReplicas"] == 3
+        assert status["currentReplicas"] == 2
+        assert status["lastScaleTime"]
+        assert conditions_of(scaler("bert"))["ScalingActive"]["reason"] == "ValidMetricFound"
+
+        # Another controller on llama: a condition, and no decision.
+        await wait_until(
+            lambda: (
+                conditions_of(scaler("llama")).get("AbleToScale", {}).get("reason") == "ConflictingController"
+            ),
+            what="conflict condition",
+        )
+        for _ in range(3):
+            await publish_metrics(nats_client, metrics_message("llama", 95.0, 2))
+        await asyncio.sleep(1.0)
+        assert [d.name for d in watch.decisions] == ["bert"]
+        able = conditions_of(scaler("llama"))["AbleToScale"]
+        assert able["status"] == "False"
+        assert "HorizontalPodAutoscaler default/llama-hpa" in able["message"]
+
+        # Status is written when it changes, not on every message.
+        writes = running.metric("gpuscale_decider_status_writes_total")
+        for _ in range(5):
+            await publish_metrics(nats_client, metrics_message("llama", 95.0, 2))
+        await asyncio.sleep(0.5)
+        assert running.metric("gpuscale_decider_status_writes_total") == writes
+
+        # Edits and deletes arrive through the watch.
+        api = await new_api_client(Path(kube_sim.kubeconfig_path))
+        try:
+            base = "/apis/gpuscale.io/v1alpha1/namespaces/default/gpuscalers"
+            await request_json(
+                api,
+                "PATCH",
+                f"{base}/bert",
+                {"spec": {"maxReplicas": 3}},
+                content_type="application/merge-patch+json",
+            )
+            await request_json(api, "DELETE", f"{base}/broken")
+        finally:
+            await api.close()
+        bert = subjects.WorkloadKey("default", "Deployment", "bert")
+        await wait_until(
+            lambda: running.decider.workloads[bert].scaler.spec.max_replicas == 3, what="edit seen"
+        )
+        await wait_until(lambda: not running.decider.invalid, what="delete seen")
+
+
+async def test_only_the_leader_publishes(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await kube_sim.create(deployment("bert", 2))
+    await kube_sim.create(gpuscaler("bert", "bert"))
+    one = settings_for(nats_server.url, kube_sim.kubeconfig_path, leader_election=True, identity="decider-a")
+    two = settings_for(nats_server.url, kube_sim.kubeconfig_path, leader_election=True, identity="decider-b")
+    async with (
+        running_decider(one) as a,
+        running_decider(two) as b,
+        watch_decisions(nats_client) as watch,
+    ):
+        await wait_until(lambda: a.decider.is_leader() or b.decider.is_leader(), what="a leader")
+        await wait_until(lambda: a.decider.workloads and b.decider.workloads, what="policies listed")
+        assert not (a.decider.is_leader() and b.decider.is_leader())
+        leader = "decider-a" if a.decider.is_leader() else "decider-b"
+        lease = kube_sim.get("coordination.k8s.io/v1", "Lease", "gpuscale-decider")
+        assert lease["spec"]["holderIdentity"] == leader
+        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await watch.next(1)
+        await asyncio.sleep(1.0)
+        assert len(watch.decisions) == 1
+        standby = b if leader == "decider-a" else a
+        assert standby.metric("gpuscale_decider_evaluations_total") == 0
+
+
+async def test_survives_a_nats_restart_and_an_api_server_failure(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    await kube_sim.create(deployment("bert", 2))
+    policies = write_policies(tmp_path / "policies.yaml", gpuscaler("bert", "bert"))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
+    async with running_decider(settings) as running:
+        kube_sim.faults.add("GET", r"/deployments/bert/scale$", status=503, count=2)
+        await publish_metrics(nats_client, metrics_message("bert", 70.0, 2))
+        await wait_until(
+            lambda: running.metric("gpuscale_decider_scale_read_failures_total", status="503") >= 1,
+            what="a failed scale read",
+        )
+        await asyncio.to_thread(nats_server.restart)
+        await wait_until(lambda: nats_client.is_connected, timeout_s=15, what="test client reconnected")
+        await wait_until(
+            lambda: running.metric("gpuscale_nats_reconnects_total") >= 1,
+            timeout_s=15,
+            what="decider reconnected",
+        )
+        await asyncio.sleep(0.3)  # the decider re-subscribes as part of its reconnect
+        async with watch_decisions(nats_client) as watch:
+            for _ in range(20):  # until a message lands on the re-established subscription
+                await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+                if watch.decisions:
+                    break
+                await asyncio.sleep(0.25)
+            decision = await watch.next(1)
+        assert (decision.from_replicas, decision.to_replicas) == (2, 3)
+        assert not running.task.done()
+
+
+async def test_a_broken_policy_file_keeps_the_policies_loaded_before(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    await kube_sim.create(deployment("bert", 2))
+    policies = write_policies(tmp_path / "policies.yaml", gpuscaler("bert", "bert"))
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
+    async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
+        policies.write_text("spec: [unclosed\n")
+        await wait_until(
+            lambda: running.metric("gpuscale_decider_invalid_policies_total", field="file") >= 1,
+            what="broken file noticed",
+        )
+        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        assert (await watch.next(1)).to_replicas == 3
+        assert not running.task.done()
