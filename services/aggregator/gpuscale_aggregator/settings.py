@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuscale.settings import CommonSettings, choice, option, port, seconds
+from gpuscale.settings import CommonSettings, choice, option, port, positive_float, seconds
+
+
+def partition_spec(text: str) -> tuple[int, int] | None:
+    """``i/N`` (this instance owns partition i of N, 0 <= i < N), or ``none``."""
+    cleaned = text.strip().lower()
+    if cleaned in ("", "none", "off"):
+        return None
+    index_text, sep, count_text = cleaned.partition("/")
+    try:
+        index, count = int(index_text), int(count_text)
+    except ValueError:
+        raise ValueError("expected i/N such as 0/3, or none") from None
+    if not sep or count < 1 or not 0 <= index < count:
+        raise ValueError("expected i/N with 0 <= i < N")
+    return index, count
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,31 @@ class AggregatorSettings(CommonSettings):
         help="storage of the samples replay stream",
     )
 
+    bucket_s: float = option(
+        1.0,
+        "--bucket",
+        env="GPUSCALE_BUCKET",
+        parse=seconds,
+        help="width of the per-pod time buckets the window is kept in",
+    )
+    stale_intervals: float = option(
+        3.0,
+        "--stale-intervals",
+        env="GPUSCALE_STALE_INTERVALS",
+        parse=positive_float,
+        help="a pod is stale after this many of its collector's sample intervals without a sample",
+    )
+    partition: tuple[int, int] | None = option(
+        None,
+        "--partition",
+        env="GPUSCALE_PARTITION",
+        parse=partition_spec,
+        help="scale-out: own partition i of N workloads (i/N); needs the NATS server mapping in scaleout.py",
+        metavar="I/N",
+    )
+
     def __post_init__(self) -> None:
         if self.publish_interval_s > self.window_s:
             raise ValueError("--publish-interval must not be longer than --window")
+        if self.bucket_s > self.window_s:
+            raise ValueError("--bucket must not be longer than --window")

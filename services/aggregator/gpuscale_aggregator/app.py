@@ -1,0 +1,482 @@
+"""The aggregator's I/O shell: NATS in, windows (the pure core), NATS out.
+
+Start-up, in order: connect; subscribe live (core NATS callback, the fast
+path) but hold what arrives; ensure the samples stream (max age = window) and
+replay it from the start with an ephemeral pull consumer in big fetches; then
+feed the held live batches (overlap with the replay is dropped by the
+per-node seq check) and only then begin publishing, so the first metrics
+message after a restart already covers the full window. /readyz turns ready
+when NATS is connected and the replay is done.
+
+Scale-out (``--partition i/N``): see :mod:`gpuscale_aggregator.core.scaleout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import time
+from collections.abc import Hashable
+from typing import Any, Final
+
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from prometheus_client import Counter, Gauge, Histogram
+
+from gpuscale import codec, subjects
+from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.natsio import NATS, connect, drain, ensure_stream, is_connected, jetstream
+from gpuscale.runtime import ServiceContext, run
+from gpuscale.subjects import SubjectError, WorkloadKey
+from gpuscale.wire import SampleBatch, WireError
+
+from .core import scaleout
+from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, REJECTED, Aggregator
+from .core.window import WindowConfig
+from .settings import AggregatorSettings
+
+SERVICE: Final = "aggregator"
+KIND: Final = SampleBatch.KIND
+# Held while a slow cycle runs: nats-py drops (slow consumer) beyond these.
+PENDING_MSGS_LIMIT: Final = 1_000_000
+PENDING_BYTES_LIMIT: Final = 512 * 1024 * 1024
+REPLAY_FETCH: Final = 5_000
+YIELD_EVERY: Final = 64
+# Live batches held while the replay runs (~2.5 KB each for an 8-GPU node).
+HELD_LIMIT: Final = 200_000
+# Yield to the event loop after this many workloads during a publish cycle,
+# so a long cycle does not hold incoming batches back.
+PUBLISH_SLICE: Final = 100
+GC_GEN0_THRESHOLD: Final = 20_000
+# Processing-time histograms observe one batch in this many (cheap hot path).
+OBSERVE_EVERY: Final = 8
+_FAST_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_AGE_BUCKETS: Final = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class AggregatorMetrics:
+    def __init__(self, ctx: ServiceContext) -> None:
+        registry = ctx.metrics.registry
+        self.batches_in = ctx.metrics.messages_in.labels(kind=KIND)
+        self.rejected = ctx.metrics.messages_rejected
+        self.metrics_out = ctx.metrics.messages_out.labels(kind="metrics")
+        self.samples_in = Counter(
+            "gpuscale_aggregator_gpu_samples_total",
+            "GPU samples taken into the windows (one per GPU entry of an accepted batch)",
+            registry=registry,
+        )
+        self.gpus_rejected = Counter(
+            "gpuscale_aggregator_gpu_samples_rejected_total",
+            "GPU entries dropped from otherwise sound batches, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        self.ignored = Counter(
+            "gpuscale_aggregator_batches_ignored_total",
+            "Valid batches not used: duplicate, out_of_order, too_old (before the window), replay_overlap",
+            ["reason"],
+            registry=registry,
+        )
+        self.seq_resets = Counter(
+            "gpuscale_aggregator_seq_resets_total",
+            "Batches accepted with a lower seq because their ts is newer (collector restarted)",
+            registry=registry,
+        )
+        self.workloads = Gauge(
+            "gpuscale_aggregator_workloads", "Workloads with samples in the window", registry=registry
+        )
+        self.pods = Gauge("gpuscale_aggregator_pods", "Pods with samples in the window", registry=registry)
+        self.publish_seconds = Histogram(
+            "gpuscale_aggregator_publish_cycle_seconds",
+            "Work of one publish cycle (expire, compute, encode, publish every workload)",
+            buckets=_FAST_BUCKETS,
+            registry=registry,
+        )
+        self.publish_wall_seconds = Histogram(
+            "gpuscale_aggregator_publish_cycle_wall_seconds",
+            "Start to end of one publish cycle, including the batches handled between its slices",
+            buckets=_FAST_BUCKETS,
+            registry=registry,
+        )
+        self.process_seconds = Histogram(
+            "gpuscale_aggregator_batch_processing_seconds",
+            f"Receive to window updated for one batch (1 in {OBSERVE_EVERY} observed)",
+            buckets=_FAST_BUCKETS,
+            registry=registry,
+        )
+        self.batch_age = Histogram(
+            "gpuscale_aggregator_batch_age_seconds",
+            f"Batch ts to window updated: transit + queueing + processing (1 in {OBSERVE_EVERY} observed)",
+            buckets=_AGE_BUCKETS,
+            registry=registry,
+        )
+        self.replay_seconds = Gauge(
+            "gpuscale_aggregator_replay_seconds", "Duration of the last start-up replay", registry=registry
+        )
+        self.replayed = Counter(
+            "gpuscale_aggregator_replayed_batches_total",
+            "Batches read back from the stream at start-up",
+            registry=registry,
+        )
+        self.backlog = Gauge(
+            "gpuscale_aggregator_live_backlog",
+            "Batches received but not yet processed (nats-py pending queue)",
+            registry=registry,
+        )
+
+
+class AggregatorService:
+    def __init__(self, ctx: ServiceContext, *, tune_gc: bool = False) -> None:
+        """``tune_gc``: change the process's garbage collector settings (see
+        serve); only for a process of its own, never inside a test runner."""
+        self.ctx = ctx
+        self.tune_gc = tune_gc
+        self.settings: AggregatorSettings = ctx.settings
+        self.core = Aggregator(
+            WindowConfig(
+                window_s=self.settings.window_s,
+                bucket_s=self.settings.bucket_s,
+                stale_intervals=self.settings.stale_intervals,
+            )
+        )
+        self.m = AggregatorMetrics(ctx)
+        self.log = get_logger(service=SERVICE)
+        self.once = OncePerKey()
+        self.nc: NATS | None = None
+        self.replay_done = False
+        # Live messages held while the replay runs; None once live.
+        self._held: list[tuple[str, bytes]] | None = []
+        self._node_by_token: dict[str, str] = {}
+        self._subject_by_workload: dict[tuple[str, str, str], str] = {}
+        self._tick = 0
+        self._live_sub: Any = None
+        part = self.settings.partition
+        self.partition_index: int = part[0] if part is not None else 0
+        self.partitions: int = part[1] if part is not None else 1
+        self.partitioned = part is not None
+
+    # --- ingest ----------------------------------------------------------------
+
+    async def on_live(self, msg: Msg) -> None:
+        held = self._held
+        if held is not None:
+            if len(held) < HELD_LIMIT:
+                held.append((msg.subject, msg.data))
+            else:  # bounded memory while JetStream is slow to replay
+                self.m.ignored.labels(reason="held_overflow").inc()
+            return
+        self.handle(msg.subject, msg.data, time.time())
+        if self._tick % YIELD_EVERY == 0:
+            # nats-py runs callbacks back to back while its queue is not empty;
+            # let its reader (and PING/PONG) run, or a long backlog looks like a
+            # dead connection and the server cuts us off.
+            await asyncio.sleep(0)
+
+    def handle(self, subject: str, data: bytes, now: float, *, overlap: bool = False) -> None:
+        """One batch from any path (live, held, replay). Never raises."""
+        self.m.batches_in.inc()
+        self._tick += 1
+        observe = self._tick % OBSERVE_EVERY == 0
+        started = time.perf_counter() if observe else 0.0
+        subject_node: str | None
+        source: Hashable | None = None
+        if self.partitioned:
+            subject_node = None
+            # ...part.<i>.<ns>.<kind>.<name>: ordering is per node AND workload.
+            workload_token = subject.split(".", 4)[-1]
+        else:
+            subject_node = self._subject_node(subject)
+            if subject_node is None:
+                self._reject("bad_subject", f"not a samples subject: {subject[:200]!r}", subject[:200])
+                return
+        try:
+            obj = codec.decode_raw(data)
+        except WireError as e:
+            self._reject(e.code, e.detail, subject_node or subject[:200])
+            return
+        if self.partitioned:
+            node_hint = obj.get("node") if type(obj) is dict else None
+            source = (node_hint if type(node_hint) is str else "", workload_token)
+        result = self.core.ingest(obj, now, subject_node=subject_node, source=source)
+        status = result.status
+        if status == ACCEPTED:
+            self.m.samples_in.inc(result.samples)
+            if result.rejected_gpus:
+                for _, err in result.rejected_gpus:
+                    self.m.gpus_rejected.labels(reason=err.code).inc()
+                    if self.once.first("gpu", result.node, err.code):
+                        self.log.warning(
+                            "gpu_sample_rejected", node=result.node, reason=err.code, detail=err.detail
+                        )
+            if result.seq_reset:
+                self.m.seq_resets.inc()
+                self.log.info("collector_seq_reset", node=result.node)
+            if observe:
+                done = time.perf_counter()
+                self.m.process_seconds.observe(done - started)
+                self.m.batch_age.observe(max(0.0, time.time() - result.ts))
+        elif status in (REJECTED, NODE_MISMATCH):
+            self._reject(result.reason, result.detail, result.node or subject_node or "")
+        elif overlap and status == DUPLICATE:
+            self.m.ignored.labels(reason="replay_overlap").inc()
+        else:
+            self.m.ignored.labels(reason=status).inc()
+            if self.once.first("ignored", result.node, status):
+                self.log.info("batch_ignored", node=result.node, reason=status)
+
+    def _metrics_subject(self, workload: tuple[str, str, str]) -> str:
+        subject = self._subject_by_workload.get(workload)
+        if subject is None:
+            if len(self._subject_by_workload) > 200_000:  # bounded, like the node cache
+                self._subject_by_workload.clear()
+            subject = self._subject_by_workload[workload] = subjects.metrics(WorkloadKey(*workload))
+        return subject
+
+    def _subject_node(self, subject: str) -> str | None:
+        node = self._node_by_token.get(subject)
+        if node is None:
+            try:
+                node = subjects.parse_samples(subject)
+            except SubjectError:
+                return None
+            if len(self._node_by_token) > 100_000:  # bounded: a flood of names can't grow memory
+                self._node_by_token.clear()
+            self._node_by_token[subject] = node
+        return node
+
+    def _reject(self, reason: str, detail: str, source: str) -> None:
+        self.m.rejected.labels(kind=KIND, reason=reason).inc()
+        if self.once.first("batch", source, reason):
+            self.log.warning("batch_rejected", source=source, reason=reason, detail=detail[:300])
+
+    # --- scale-out: the split stage ---------------------------------------------
+
+    async def on_split(self, msg: Msg) -> None:
+        """Queue-group member: validate a node batch, re-publish per workload."""
+        node = self._subject_node(msg.subject)
+        if node is None:
+            self._reject("bad_subject", f"not a samples subject: {msg.subject[:200]!r}", msg.subject[:200])
+            return
+        try:
+            batch = codec.decode(msg.data, SampleBatch, time.time())
+        except WireError as e:
+            self._reject(e.code, e.detail, node)
+            return
+        if batch.node != node:
+            self._reject(NODE_MISMATCH, f"payload node {batch.node!r} on {msg.subject!r}", node)
+            return
+        nc = self.nc
+        if nc is None:
+            return
+        for key, sub_batch in scaleout.split_by_workload(batch).items():
+            with contextlib.suppress(
+                Exception
+            ):  # a publish during reconnect is buffered or lost; never crash
+                await nc.publish(scaleout.wsamples_subject(key), codec.encode(sub_batch))
+
+    # --- start-up replay ---------------------------------------------------------
+
+    async def replay(self, nc: NATS) -> None:
+        """Rebuild the windows from the stream; give up after one window (by then
+        live data fills the window anyway)."""
+        started = time.monotonic()
+        deadline = started + self.settings.window_s
+        attempt = 0
+        count = 0
+        while not self.ctx.stop.is_set():
+            try:
+                count = await asyncio.wait_for(self._replay_once(nc), max(1.0, deadline - time.monotonic()))
+                break
+            except Exception as e:  # noqa: BLE001 - JetStream may be down or starting; retry, then go live
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    self.log.warning("replay_abandoned", attempts=attempt, error=f"{type(e).__name__}: {e}")
+                    break
+                if attempt == 1 or attempt % 10 == 0:
+                    self.log.warning("replay_failed", attempt=attempt, error=f"{type(e).__name__}: {e}")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.ctx.stop.wait(), 1.0)
+        # Feed what arrived live meanwhile, then switch to live handling.
+        held, self._held = self._held or [], None
+        now = time.time()
+        for subject, data in held:
+            self.handle(subject, data, now, overlap=True)
+        elapsed = time.monotonic() - started
+        self.m.replay_seconds.set(elapsed)
+        self.replay_done = True
+        self.log.info("replay_done", batches=count, held_live=len(held), seconds=round(elapsed, 3))
+
+    async def _replay_once(self, nc: NATS) -> int:
+        js = jetstream(nc)
+        if self.partitioned:
+            stream, stream_subjects = scaleout.PARTS_STREAM, [scaleout.PARTS_ALL]
+            filter_subject = scaleout.partition_subjects(self.partition_index)
+        else:
+            stream, stream_subjects = subjects.SAMPLES_STREAM, [subjects.SAMPLES_ALL]
+            filter_subject = subjects.SAMPLES_ALL
+        await ensure_stream(
+            js,
+            stream,
+            stream_subjects,
+            max_age_s=self.settings.window_s,
+            storage=self.settings.samples_storage,
+            duplicate_window_s=min(self.settings.window_s, 120.0),
+        )
+        info = await js.stream_info(stream)
+        last_seq = info.state.last_seq
+        if info.state.messages == 0:
+            return 0
+        sub = await js.pull_subscribe(
+            filter_subject,
+            stream=stream,
+            config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.ALL,
+                ack_policy=AckPolicy.NONE,
+                inactive_threshold=30.0,
+                mem_storage=True,
+                num_replicas=1,
+            ),
+            pending_msgs_limit=PENDING_MSGS_LIMIT,
+            pending_bytes_limit=PENDING_BYTES_LIMIT,
+        )
+        count = 0
+        try:
+            while not self.ctx.stop.is_set():
+                try:
+                    msgs = await sub.fetch(REPLAY_FETCH, timeout=1.0)
+                except TimeoutError:
+                    break  # nothing more (the tail expired, or a filtered partition ended early)
+                now = time.time()
+                reached = False
+                for msg in msgs:
+                    self.handle(msg.subject, msg.data, now)
+                    count += 1
+                    if msg.metadata.sequence.stream >= last_seq:
+                        reached = True
+                self.m.replayed.inc(len(msgs))
+                if reached:
+                    break
+                await asyncio.sleep(0)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        return count
+
+    # --- publishing ----------------------------------------------------------------
+
+    async def publish_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.settings.publish_interval_s
+        next_at = loop.time() + interval
+        while not self.ctx.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ctx.stop.wait(), max(0.0, next_at - loop.time()))
+            if self.ctx.stop.is_set():
+                return
+            await self.publish_once()
+            next_at += interval
+            if next_at < loop.time():  # fell behind: skip missed ticks instead of bursting
+                next_at = loop.time() + interval
+
+    async def publish_once(self) -> int:
+        nc = self.nc
+        started = slice_started = time.perf_counter()
+        busy = 0.0
+        now = time.time()
+        published = 0
+        for workloads, (workload, wire) in enumerate(self.core.iter_wire(now), start=1):
+            if wire is not None and nc is not None:
+                try:
+                    await nc.publish(self._metrics_subject(workload), codec.encode_raw(wire))
+                    published += 1
+                except Exception as e:  # noqa: BLE001 - NATS away: the next cycle publishes fresh values
+                    if self.once.first("publish", type(e).__name__):
+                        self.log.warning("metrics_publish_failed", error=f"{type(e).__name__}: {e}")
+            if workloads % PUBLISH_SLICE == 0:
+                busy += time.perf_counter() - slice_started
+                await asyncio.sleep(0)
+                slice_started = time.perf_counter()
+        if published:
+            self.m.metrics_out.inc(published)
+        done = time.perf_counter()
+        self.m.publish_seconds.observe(busy + done - slice_started)
+        self.m.publish_wall_seconds.observe(done - started)
+        self.m.workloads.set(self.core.store.workload_count)
+        self.m.pods.set(self.core.store.pod_count)
+        sub = self._live_sub
+        if sub is not None:
+            self.m.backlog.set(sub.pending_msgs)
+        return published
+
+    # --- life cycle ------------------------------------------------------------------
+
+    def ready(self) -> tuple[bool, str]:
+        return (True, "replayed") if self.replay_done else (False, "replaying the samples stream")
+
+    async def serve(self) -> None:
+        ctx = self.ctx
+        ctx.http.add_readiness("nats", lambda: is_connected(self.nc))
+        ctx.http.add_readiness("replay", self.ready)
+        try:
+            self.nc = await connect(
+                self.settings.nats_url,
+                ctx.metrics,
+                name=f"gpuscale-{SERVICE}",
+                creds=str(self.settings.nats_creds) if self.settings.nats_creds else None,
+                tls_ca=str(self.settings.nats_tls_ca) if self.settings.nats_tls_ca else None,
+                reconnect_wait_s=0.5,
+                stop=ctx.stop,
+            )
+        except Exception:  # noqa: BLE001 - stop was requested before NATS ever answered
+            return
+        nc = self.nc
+        self.log.info(
+            "aggregator_starting",
+            window_s=self.settings.window_s,
+            publish_interval_s=self.settings.publish_interval_s,
+            partition=f"{self.partition_index}/{self.partitions}" if self.partitioned else "none",
+        )
+        live_subject = (
+            scaleout.partition_subjects(self.partition_index) if self.partitioned else subjects.SAMPLES_ALL
+        )
+        self._live_sub = await nc.subscribe(
+            live_subject,
+            cb=self.on_live,
+            pending_msgs_limit=PENDING_MSGS_LIMIT,
+            pending_bytes_limit=PENDING_BYTES_LIMIT,
+        )
+        if self.partitioned:
+            await nc.subscribe(
+                subjects.SAMPLES_ALL,
+                queue=scaleout.SPLIT_QUEUE,
+                cb=self.on_split,
+                pending_msgs_limit=PENDING_MSGS_LIMIT,
+                pending_bytes_limit=PENDING_BYTES_LIMIT,
+            )
+        await self.replay(nc)
+        # The windows are many small, long-lived objects and the hot path
+        # allocates per batch: with the default thresholds the collector runs
+        # every few batches and its older generations scan the whole window.
+        # Nothing in the windows forms cycles, so collect rarely.
+        if self.tune_gc:
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
+        publisher = asyncio.create_task(self.publish_loop())
+        try:
+            await ctx.stop.wait()
+        finally:
+            publisher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await publisher
+            await drain(nc)
+            self.log.info("aggregator_stopped")
+
+
+async def serve(ctx: ServiceContext) -> None:
+    await AggregatorService(ctx, tune_gc=True).serve()
+
+
+def main(settings: AggregatorSettings) -> int:
+    return run(SERVICE, settings, serve)

@@ -1,0 +1,281 @@
+"""Table tests of the aggregator's window core: no server, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gpuscale.wire import WorkloadMetrics
+from gpuscale_aggregator.core.ingest import Aggregator
+from gpuscale_aggregator.core.window import WindowConfig
+
+from .aggregator_builders import NOW, batch, gpu, owner
+
+W = 30.0  # window
+
+
+@dataclass
+class Scenario:
+    batches: list[dict[str, Any]]
+    now: float
+    # workload name -> expected averages (subset of metrics checked)
+    averages: dict[str, dict[str, float]] = field(default_factory=dict)
+    # workload name -> {pod: {metric: value}} (subset)
+    pods: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    fresh_stale: dict[str, tuple[int, int]] = field(default_factory=dict)
+    absent_metrics: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    workloads: tuple[str, ...] | None = None  # exactly these workloads published
+
+
+def run(s: Scenario, config: WindowConfig | None = None) -> dict[str, WorkloadMetrics]:
+    agg = Aggregator(config or WindowConfig(window_s=W))
+    seq_by_node: dict[str, int] = {}
+    for b in s.batches:
+        seq_by_node[b["node"]] = seq_by_node.get(b["node"], -1) + 1
+        b = {**b, "seq": seq_by_node[b["node"]]}
+        result = agg.ingest(b, now=max(b["ts"], NOW), subject_node=b["node"])
+        assert result.status == "accepted", result
+    return {m.name: m for m in agg.snapshot(s.now)}
+
+
+SCENARIOS = {
+    "mean over GPUs then over pods (HPA style, not over GPUs)": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1"), util=40.0), gpu(1, owner("a-1"), util=60.0), ts=NOW),
+            batch(gpu(0, owner("a-2"), util=80.0, node="node-b"), node="node-b", ts=NOW),
+        ],
+        now=NOW + 1,
+        pods={"bert": {"a-1": {"gpu_util": 50.0}, "a-2": {"gpu_util": 80.0}}},
+        averages={"bert": {"gpu_util": 65.0}},
+        fresh_stale={"bert": (2, 0)},
+    ),
+    "mean over samples in the window": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1"), util=20.0), ts=NOW),
+            batch(gpu(0, owner("a-1"), util=40.0), ts=NOW + 1),
+            batch(gpu(0, owner("a-1"), util=90.0), ts=NOW + 2),
+        ],
+        now=NOW + 2,
+        averages={"bert": {"gpu_util": 50.0}},
+    ),
+    "a pod with two GPUs: memory, power and ratio are means over its GPUs": Scenario(
+        batches=[
+            batch(
+                gpu(0, owner("a-1"), util=10.0, fb_used_mib=2000.0, fb_free_mib=8000.0, power_w=100.0),
+                gpu(1, owner("a-1"), util=30.0, fb_used_mib=6000.0, fb_free_mib=4000.0, power_w=300.0),
+                ts=NOW,
+            )
+        ],
+        now=NOW,
+        averages={
+            "bert": {
+                "gpu_util": 20.0,
+                "gpu_mem_used_mib": 4000.0,
+                "gpu_mem_used_ratio": 40.0,
+                "power_w": 200.0,
+            }
+        },
+        absent_metrics={"bert": ("sm_active", "sm_util")},
+    ),
+    "two pods on one GPU with per-process values": Scenario(
+        batches=[
+            batch(
+                gpu(
+                    0,
+                    owner("a-1", sm_util=30.0, fb_used_mib=1000.0),
+                    owner("b-1", "llama", sm_util=50.0, fb_used_mib=3000.0),
+                    util=90.0,
+                    fb_used_mib=4000.0,
+                    fb_free_mib=6000.0,
+                ),
+                ts=NOW,
+            )
+        ],
+        now=NOW,
+        averages={
+            "bert": {
+                "gpu_util": 90.0,
+                "sm_util": 30.0,
+                "gpu_mem_used_mib": 1000.0,
+                "gpu_mem_used_ratio": 10.0,
+            },
+            "llama": {
+                "gpu_util": 90.0,
+                "sm_util": 50.0,
+                "gpu_mem_used_mib": 3000.0,
+                "gpu_mem_used_ratio": 30.0,
+            },
+        },
+    ),
+    "a workload whose pods are on several nodes": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1"), util=10.0, node=n), node=n, ts=NOW)
+            for n in ("node-a", "node-b", "node-c")
+        ]
+        + [batch(gpu(1, owner("a-2"), util=40.0, node="node-c"), node="node-c", ts=NOW + 1)],
+        now=NOW + 1,
+        # a-1 has one GPU on each of three nodes (unusual, but the maths must hold): 10; a-2: 40
+        pods={"bert": {"a-1": {"gpu_util": 10.0}, "a-2": {"gpu_util": 40.0}}},
+        averages={"bert": {"gpu_util": 25.0}},
+        fresh_stale={"bert": (2, 0)},
+    ),
+    "sm_active only where the GPU reports it": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1"), sm_active=60.0), ts=NOW),
+            batch(gpu(0, owner("a-2"), sm_active=None, node="node-b"), node="node-b", ts=NOW),
+        ],
+        now=NOW,
+        pods={"bert": {"a-1": {"sm_active": 60.0}, "a-2": {"gpu_util": 50.0}}},
+        averages={"bert": {"sm_active": 60.0, "gpu_util": 50.0}},
+    ),
+    "a GPU whose health is not ok contributes no values": Scenario(
+        batches=[
+            batch(
+                gpu(0, owner("a-1"), util=40.0),
+                gpu(1, owner("a-1"), util=None, health="GPU is lost", fb_used_mib=None, power_w=None),
+                ts=NOW,
+            ),
+            batch(
+                gpu(0, owner("a-2"), util=None, health="GPU is lost", node="node-b"),
+                node="node-b",
+                ts=NOW,
+            ),
+        ],
+        now=NOW,
+        pods={"bert": {"a-1": {"gpu_util": 40.0}}},
+        averages={"bert": {"gpu_util": 40.0}},
+        fresh_stale={"bert": (1, 0)},  # a-2 never had a value: not a pod of the window
+    ),
+    "stale pod: listed, counted, not averaged": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1"), util=20.0), ts=NOW),
+            batch(gpu(0, owner("a-2"), util=80.0, node="node-b"), node="node-b", ts=NOW + 10),
+        ],
+        now=NOW + 10,  # a-1: 10 s > 3 × 1 s interval
+        pods={"bert": {"a-1": {"gpu_util": 20.0}, "a-2": {"gpu_util": 80.0}}},
+        averages={"bert": {"gpu_util": 80.0}},
+        fresh_stale={"bert": (1, 1)},
+    ),
+    "exactly three intervals old is still fresh": Scenario(
+        batches=[batch(gpu(0, owner("a-1"), util=20.0), ts=NOW)],
+        now=NOW + 3.0,
+        fresh_stale={"bert": (1, 0)},
+        averages={"bert": {"gpu_util": 20.0}},
+    ),
+    "all pods stale: no averages, pods still listed": Scenario(
+        batches=[batch(gpu(0, owner("a-1"), util=20.0), ts=NOW)],
+        now=NOW + 3.5,
+        fresh_stale={"bert": (0, 1)},
+        absent_metrics={"bert": ("gpu_util",)},
+        pods={"bert": {"a-1": {"gpu_util": 20.0}}},
+    ),
+    "window edge: a sample exactly on the lower boundary is out": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1"), util=10.0), ts=NOW),
+            batch(gpu(0, owner("a-1"), util=50.0), ts=NOW + 1),
+        ],
+        now=NOW + W,  # NOW == now - window: out; NOW + 1: in
+        averages={},
+        pods={"bert": {"a-1": {"gpu_util": 50.0}}},
+    ),
+    "window edge: just inside the boundary is in": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1"), util=10.0), ts=NOW),
+            batch(gpu(0, owner("a-1"), util=50.0), ts=NOW + 1),
+        ],
+        now=NOW + W - 0.001,
+        pods={"bert": {"a-1": {"gpu_util": 30.0}}},
+    ),
+    "dropped pod: no sample left in the window": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1"), util=10.0), ts=NOW),
+            batch(gpu(0, owner("a-2"), util=50.0, node="node-b"), node="node-b", ts=NOW + 5),
+        ],
+        now=NOW + W,
+        pods={"bert": {"a-2": {"gpu_util": 50.0}}},
+        fresh_stale={"bert": (0, 1)},
+    ),
+    "a workload whose pods all left the window is forgotten": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1", "old"), util=10.0), ts=NOW),
+            batch(gpu(0, owner("b-1", "new"), util=50.0, node="node-b"), node="node-b", ts=NOW + 20),
+        ],
+        now=NOW + W + 1,
+        workloads=("new",),
+    ),
+}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS.values()), ids=list(SCENARIOS))
+def test_window_scenario(scenario: Scenario) -> None:
+    got = run(scenario)
+    if scenario.workloads is not None:
+        assert sorted(got) == sorted(scenario.workloads)
+    for workload, expected in scenario.averages.items():
+        for metric, value in expected.items():
+            assert got[workload].averages[metric] == pytest.approx(value), metric
+    for workload, pods in scenario.pods.items():
+        by_pod = {p.pod: p for p in got[workload].pods}
+        assert set(by_pod) == set(pods)
+        for pod, values in pods.items():
+            for metric, value in values.items():
+                assert by_pod[pod].values[metric] == pytest.approx(value), (pod, metric)
+    for workload, (fresh, stale) in scenario.fresh_stale.items():
+        assert (got[workload].pods_fresh, got[workload].pods_stale) == (fresh, stale)
+    for workload, metrics in scenario.absent_metrics.items():
+        for metric in metrics:
+            assert metric not in got[workload].averages
+
+
+def test_metrics_message_fields() -> None:
+    agg = Aggregator(WindowConfig(window_s=W))
+    agg.ingest(batch(gpu(0, owner("a-1", namespace="ml", kind="StatefulSet"))), NOW)
+    (m,) = agg.snapshot(NOW + 1)
+    assert (m.namespace, m.kind, m.name, m.ts, m.window_s) == ("ml", "StatefulSet", "bert", NOW + 1, W)
+    assert m.pods[0].last_seen == NOW
+    # What we publish passes the wire contract the decider checks.
+    assert WorkloadMetrics.from_wire(m.to_wire(), NOW + 1) == m
+
+
+def test_bucket_keeps_merged_samples_until_its_newest_leaves() -> None:
+    """Two samples in one 1 s bucket: the bucket leaves with its newest sample."""
+    agg = Aggregator(WindowConfig(window_s=W, bucket_s=1.0))
+    base = float(int(NOW))
+    agg.ingest(batch(gpu(0, owner("a-1"), util=10.0), ts=base + 0.2, seq=0), base + 1)
+    agg.ingest(batch(gpu(0, owner("a-1"), util=30.0), ts=base + 0.7, seq=1), base + 1)
+    (m,) = agg.snapshot(base + 0.2 + W)  # the 0.2 sample alone would be out...
+    assert m.pods[0].values["gpu_util"] == pytest.approx(20.0)  # ...but shares a bucket with 0.7
+    assert agg.snapshot(base + 0.7 + W) == []
+
+
+def test_memory_is_bounded_by_the_window() -> None:
+    agg = Aggregator(WindowConfig(window_s=W))
+    for t in range(300):
+        for node in range(5):
+            b = batch(
+                *[gpu(i, owner(f"p{node}-{i}", f"w{i % 3}"), node=f"n{node}") for i in range(8)],
+                node=f"n{node}",
+                ts=NOW + t,
+                seq=t,
+            )
+            assert agg.ingest(b, NOW + t).status == "accepted"
+        agg.snapshot(NOW + t)
+    assert agg.store.pod_count == 40
+    assert agg.store.bucket_count <= 40 * (W + 1)
+    # Everyone goes silent: after one window nothing is left, sources included.
+    assert agg.snapshot(NOW + 299 + W) == []
+    assert agg.store.workload_count == 0
+    assert len(agg.sequences) == 0
+
+
+def test_running_sums_match_exact_means_after_many_evictions() -> None:
+    agg = Aggregator(WindowConfig(window_s=10.0))
+    values = [((t * 37) % 101) * 0.99 for t in range(2000)]
+    for t, v in enumerate(values):
+        agg.ingest(batch(gpu(0, owner("a-1"), util=min(v, 100.0)), ts=NOW + t, seq=t), NOW + t)
+        agg.store.expire(NOW + t)
+    (m,) = agg.snapshot(NOW + 1999)
+    window_values = [min(v, 100.0) for v in values[-10:]]
+    assert m.averages["gpu_util"] == pytest.approx(sum(window_values) / 10, abs=1e-9)
