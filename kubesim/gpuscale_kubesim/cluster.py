@@ -101,6 +101,9 @@ class ClusterPlayer:
     rng: random.Random = field(default_factory=random.Random)
     monotonic: Callable[[], float] = time.monotonic
     pods: dict[str, PodState] = field(default_factory=dict)  # by pod uid
+    # While set, scheduled pods are ready at once: the scenario's cluster was
+    # running before the simulation began (see settle()).
+    warm: bool = False
     loads: dict[tuple[str, str], WorkloadLoad] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -141,6 +144,15 @@ class ClusterPlayer:
                 stopper.cancel()
 
     # --- reconcile --------------------------------------------------------------
+
+    def settle(self, now: float, passes: int = 5) -> None:
+        """Bring the scenario's workloads up with ready pods before time starts."""
+        self.warm = True
+        try:
+            for _ in range(passes):
+                self.reconcile(now)
+        finally:
+            self.warm = False
 
     def reconcile(self, now: float) -> float | None:
         """One pass over everything; returns when the next timed change is due."""
@@ -472,7 +484,7 @@ class ClusterPlayer:
                 f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}",
                 "default-scheduler",
             )
-            if self.startup_delay_s <= 0:
+            if self.startup_delay_s <= 0 or self.warm:
                 state.ready = True
                 self._write_pod_status(
                     self.store.get(self.rd_pod, pod["metadata"]["namespace"], pod["metadata"]["name"]),

@@ -52,8 +52,9 @@ def constant(load: float) -> Profile:
     return Profile(f"constant:{load:g}", ((0.0, float(load)),))
 
 
-# The demo's story: quiet, then a step that needs ~4 pods at a 70 % target, then quiet again.
-STEP = Profile("step", ((0.0, 30.0), (20.0, 280.0), (140.0, 60.0)))
+# The demo's story: quiet, then a step that needs 3 pods at a 70 % target (one
+# saturated pod reads 100 %, so it takes two scale-ups), then quiet again.
+STEP = Profile("step", ((0.0, 30.0), (15.0, 200.0), (100.0, 40.0)))
 SPIKE = Profile("spike", ((0.0, 40.0), (30.0, 400.0), (45.0, 40.0)), period_s=120.0)
 DIURNAL = Profile("diurnal", sine=(40.0, 260.0), period_s=600.0)
 

@@ -115,6 +115,9 @@ def demo_gpuscaler(name: str = DEMO_WORKLOAD, ns: str = DEMO_NAMESPACE) -> Obj:
             "metrics": [{"name": "gpu_util", "target": 70}],
             "window": "30s",
             "tolerance": 0.1,
+            # HPA's 300 s scale-down stabilization would keep the demo's story
+            # (load falls, replicas follow) past its two minutes.
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}},
         },
     }
 

@@ -121,6 +121,8 @@ class KubeSim:
                     raise
         if self.scenario == "demo":
             self.set_load(scenarios.DEMO_NAMESPACE, scenarios.DEMO_WORKLOAD, self.profile)
+        # The scenario's workloads were running before the simulation began.
+        self.cluster.settle(self.cluster.monotonic())
         app = self.api.build_app(self._add_sim_routes)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()

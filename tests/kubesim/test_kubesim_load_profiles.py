@@ -23,11 +23,11 @@ class At:
 
 PROFILE_CASES = [
     At("step starts quiet", "step", 0, 30),
-    At("step is still quiet just before the step", "step", 19.9, 30),
-    At("step steps up to about four pods' worth at 70 %", "step", 20, 280),
-    At("step holds the high level", "step", 100, 280),
-    At("step comes back down", "step", 140, 60),
-    At("step stays down", "step", 10_000, 60),
+    At("step is still quiet just before the step", "step", 14.9, 30),
+    At("step steps up to three pods' worth at 70 %", "step", 15, 200),
+    At("step holds the high level", "step", 99, 200),
+    At("step comes back down", "step", 100, 40),
+    At("step stays down", "step", 10_000, 40),
     At("spike has a quiet base", "spike", 10, 40),
     At("spike spikes", "spike", 35, 400),
     At("spike repeats every two minutes", "spike", 120 + 35, 400),

@@ -165,7 +165,7 @@ class Observer:
         async with http.get(f"{self.sim_url}/sim/v1/workloads") as resp:
             resp.raise_for_status()
             body = await resp.json()
-        items = body.get("items", body) if isinstance(body, dict) else body
+        items = body.get("workloads", []) if isinstance(body, dict) else body
         for w in items:
             if self.state.workload is None or self.state.matches(w["namespace"], w["name"]):
                 self.state.load = float(w["load"])

@@ -77,9 +77,12 @@ def start_pipeline(settings: DemoSettings, group: ProcessGroup) -> tuple[str, Pa
 
 
 async def _run(settings: DemoSettings) -> int:
-    log = get_logger(component="demo")
     log_dir = settings.log_dir or Path(tempfile.mkdtemp(prefix="gpuscale-demo-"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    # The terminal belongs to the live view: the demo's own log goes beside the others.
+    demo_log = (log_dir / "demo.log").open("a")
+    configure("demo", settings.log_level, demo_log)
+    log = get_logger(component="demo")
     duration = settings.duration_s
     if duration is None and not sys.stdout.isatty():
         duration = DEFAULT_NON_TTY_DURATION_S
@@ -148,6 +151,7 @@ async def _run(settings: DemoSettings) -> int:
         if bad:
             log.warning("demo_parts_stopped_uncleanly", exit_codes=bad)
         nats.close()
+        demo_log.close()
 
     summary = report_mod.summary(state.record, run_s)
     _print_summary(summary, log_dir)
@@ -172,5 +176,4 @@ def _print_summary(summary: dict[str, object], log_dir: Path) -> None:
 
 
 def main(settings: DemoSettings) -> int:
-    configure("demo", settings.log_level)
     return asyncio.run(_run(settings))

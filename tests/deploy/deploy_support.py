@@ -1,0 +1,183 @@
+"""What the deployment tests share: rendering, object lookup, the CLI's options.
+
+Nothing here starts a server; the manifests are rendered with the real
+``kubectl kustomize`` (skipped, with the reason shown, where kubectl is absent).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import importlib
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuscale.settings import OptionSpec
+from gpuscale_cli.main import COMMANDS
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+DOCKER = REPO / "docker"
+COMPOSE_FILE = REPO / "docker-compose.yml"
+EXAMPLES = DEPLOY / "examples"
+NATS_AUTH_CONF = DEPLOY / "base" / "nats" / "auth.conf"
+NATS_MAIN_CONF = DEPLOY / "base" / "nats" / "nats.conf"
+CRD_FILE = DEPLOY / "base" / "crd-gpuscaler.yaml"
+
+K8S_VERSION = "1.30"
+IMAGE_PREFIX = "ghcr.io/gpuscale/gpuscale-"
+SERVICE_PORTS = {"collector": 9400, "aggregator": 9401, "decider": 9402, "actuator": 9403}
+
+Obj = dict[str, Any]
+
+
+# --- rendering ---------------------------------------------------------------
+
+
+KUBECTL_MISSING = "kubectl not found: the kustomize rendering tests need it (/usr/bin/kubectl)"
+
+
+def kubectl_path() -> str | None:
+    return shutil.which("kubectl") or ("/usr/bin/kubectl" if Path("/usr/bin/kubectl").is_file() else None)
+
+
+def kubectl() -> str:
+    found = kubectl_path()
+    if found is None:
+        pytest.skip(KUBECTL_MISSING)
+    return found
+
+
+@functools.cache
+def _render(directory: Path) -> tuple[Obj, ...]:
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"kubectl kustomize {directory} failed:\n{result.stderr}")
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def render(directory: Path) -> list[Obj]:
+    """The objects ``kubectl kustomize <directory>`` produces (fresh copies)."""
+    return copy.deepcopy(list(_render(directory)))
+
+
+def load_yaml_documents(path: Path) -> list[Obj]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def find(objects: list[Obj], kind: str, name: str) -> Obj:
+    for obj in objects:
+        if obj["kind"] == kind and obj["metadata"]["name"] == name:
+            return obj
+    raise AssertionError(f"no {kind} {name!r} in the rendered manifests")
+
+
+def of_kind(objects: list[Obj], *kinds: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] in kinds]
+
+
+def workloads(objects: list[Obj]) -> list[Obj]:
+    return of_kind(objects, "Deployment", "StatefulSet", "DaemonSet")
+
+
+def containers(workload: Obj) -> Iterator[tuple[Obj, Obj]]:
+    """(pod spec, container) for every container and init container."""
+    pod = workload["spec"]["template"]["spec"]
+    for c in [*pod.get("initContainers", []), *pod["containers"]]:
+        yield pod, c
+
+
+def gpuscale_command_of_image(image: str) -> str | None:
+    """``ghcr.io/gpuscale/gpuscale-decider:0.1.0`` -> ``decider``; None for other images."""
+    if not image.startswith(IMAGE_PREFIX):
+        return None
+    return image.removeprefix(IMAGE_PREFIX).split(":", 1)[0].split("@", 1)[0]
+
+
+# --- the gpuscale program's options --------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandOptions:
+    name: str
+    settings_class: type[Any]
+    flags: frozenset[str]
+    envs: frozenset[str]
+
+
+def command_names() -> set[str]:
+    return {c.name for c in COMMANDS}
+
+
+@functools.cache
+def command_options(name: str) -> CommandOptions:
+    command = next((c for c in COMMANDS if c.name == name), None)
+    if command is None:
+        raise AssertionError(f"`gpuscale {name}` is not a sub-command (gpuscale_cli.main.COMMANDS)")
+    module, _, attr = command.settings.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    specs: list[OptionSpec] = [
+        f.metadata["option"] for f in dataclasses.fields(cls) if "option" in f.metadata
+    ]
+    return CommandOptions(
+        name=name,
+        settings_class=cls,
+        flags=frozenset(s.flag for s in specs),
+        envs=frozenset(e for s in specs for e in s.env),
+    )
+
+
+def flag_name(arg: str) -> str | None:
+    """``--port=6443`` -> ``--port``; non-flags -> None."""
+    if not arg.startswith("--"):
+        return None
+    return arg.split("=", 1)[0]
+
+
+# --- Dockerfiles ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    args: str
+    line: int
+
+
+def dockerfile_instructions(path: Path) -> list[Instruction]:
+    """Instructions with their continuation lines joined; comments dropped."""
+    out: list[Instruction] = []
+    pending = ""
+    start = 0
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        stripped = raw.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        text = (pending + stripped).strip()
+        pending = ""
+        keyword, _, args = text.partition(" ")
+        out.append(Instruction(keyword.upper(), args.strip(), start))
+    return out
+
+
+_ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def env_references(value: str) -> list[str]:
+    """Kubernetes' ``$(VAR)`` references in an env value."""
+    return _ENV_REF.findall(value)

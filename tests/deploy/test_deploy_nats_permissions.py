@@ -1,0 +1,257 @@
+"""The NATS users and subject permissions of deploy/ (DESIGN.md §5), enforced
+by a real nats-server running the very auth.conf that the ConfigMap ships.
+
+Collectors publish only ``gpuscale.v1.samples.<node>``, only the aggregator
+metrics, only the decider decisions, only the actuator actions; the
+JetStream work each role does (streams, durable consumer, KV, replay) still
+goes through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from gpuscale import settings as settings_mod
+from gpuscale import subjects
+from gpuscale.embedded_nats import EmbeddedNats, find_binary
+from gpuscale.natsio import ensure_kv, ensure_stream, headers_msg_id
+from gpuscale_actuator import app as actuator_app
+
+from .deploy_support import NATS_AUTH_CONF, NATS_MAIN_CONF, command_options
+
+pytestmark = pytest.mark.integration
+
+ROLES = ("collector", "aggregator", "decider", "actuator", "observer")
+PASSWORDS = {role: f"{role}-pw-0123abcd" for role in ROLES}
+KEY = subjects.WorkloadKey("default", "Deployment", "bert-intent-detection")
+FAMILY_SUBJECTS = {
+    "samples": subjects.samples("gpu-node-1"),
+    "metrics": subjects.metrics(KEY),
+    "decisions": subjects.decisions(KEY),
+    "actions": subjects.actions(KEY),
+}
+OWN_FAMILY = {"collector": "samples", "aggregator": "metrics", "decider": "decisions", "actuator": "actions"}
+
+
+def _password_environment() -> dict[str, str]:
+    return {f"NATS_{role.upper()}_PASSWORD": pw for role, pw in PASSWORDS.items()}
+
+
+@pytest.fixture(scope="module")
+def secured_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    store = tmp_path_factory.mktemp("nats-auth")
+    shutil.copy(NATS_AUTH_CONF, store / "auth.conf")
+    server = EmbeddedNats(store_dir=str(store), config_text="include auth.conf\n")
+    with pytest.MonkeyPatch.context() as mp:  # nats-server reads the passwords from its environment
+        for name, value in _password_environment().items():
+            mp.setenv(name, value)
+        server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@dataclass
+class Session:
+    nc: Client
+    errors: list[str] = field(default_factory=list)
+
+    async def permission_errors(self, count: int, timeout_s: float = 10.0) -> list[str]:
+        async def enough() -> None:
+            while sum("permissions violation" in e for e in self.errors) < count:
+                await asyncio.sleep(0.02)
+
+        await asyncio.wait_for(enough(), timeout_s)
+        return [e for e in self.errors if "permissions violation" in e]
+
+
+# login(role, password=None) -> a connected Session for that NATS user
+Login = Callable[..., Awaitable[Session]]
+
+
+@pytest.fixture
+async def login(secured_nats: EmbeddedNats) -> AsyncIterator[Login]:
+    sessions: list[Session] = []
+
+    async def connect(role: str, password: str | None = None) -> Session:
+        errors: list[str] = []
+
+        async def on_error(e: Exception) -> None:
+            errors.append(str(e))
+
+        # The manifests hand the credentials over inside GPUSCALE_NATS_URL.
+        url = f"nats://{role}:{password or PASSWORDS[role]}@127.0.0.1:{secured_nats.port}"
+        nc = await nats.connect(
+            url, name=role, error_cb=on_error, allow_reconnect=False, max_reconnect_attempts=0
+        )
+        session = Session(nc, errors)
+        sessions.append(session)
+        return session
+
+    yield connect
+    for s in sessions:
+        await s.nc.close()
+
+
+def test_the_shipped_cluster_config_parses(tmp_path: Path) -> None:
+    work = tmp_path
+    shutil.copy(NATS_MAIN_CONF, work / "nats.conf")
+    shutil.copy(NATS_AUTH_CONF, work / "auth.conf")
+    env = {**_password_environment(), "SERVER_NAME": "nats-0", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [find_binary(), "-t", "-c", str(work / "nats.conf")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+async def test_a_wrong_password_is_refused(login: Login) -> None:
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await login("collector", password="guess")  # noqa: S106 - a deliberately wrong test password
+
+
+@pytest.mark.parametrize("role", list(OWN_FAMILY))
+async def test_each_role_publishes_only_its_own_family(login: Login, role: str) -> None:
+    observer: Session = await login("observer")
+    seen: list[tuple[str, bytes]] = []
+    sentinel = asyncio.Event()
+
+    async def on_message(msg: Msg) -> None:
+        seen.append((msg.subject, msg.data))
+        if msg.data == b"sentinel":
+            sentinel.set()
+
+    await observer.nc.subscribe("gpuscale.v1.>", cb=on_message)
+    await observer.nc.flush()
+
+    publisher: Session = await login(role)
+    for subject in FAMILY_SUBJECTS.values():
+        await publisher.nc.publish(subject, b"probe")
+    # One connection's messages arrive in order: once the sentinel is in, so is anything allowed before it.
+    await publisher.nc.publish(FAMILY_SUBJECTS[OWN_FAMILY[role]], b"sentinel")
+    await publisher.nc.flush()
+    await asyncio.wait_for(sentinel.wait(), 10)
+
+    delivered = {subject for subject, data in seen if data == b"probe"}
+    assert delivered == {FAMILY_SUBJECTS[OWN_FAMILY[role]]}
+    denied = await publisher.permission_errors(len(FAMILY_SUBJECTS) - 1)
+    assert len(denied) == len(FAMILY_SUBJECTS) - 1
+
+
+async def test_a_collector_cannot_publish_below_a_node_token(login: Login) -> None:
+    collector: Session = await login("collector")
+    await collector.nc.publish(FAMILY_SUBJECTS["samples"] + ".extra", b"probe")
+    await collector.nc.flush()
+    (error,) = await collector.permission_errors(1)
+    assert "samples.gpu-node-1.extra" in error
+
+
+async def test_the_observer_reads_everything_and_publishes_nothing(login: Login) -> None:
+    observer: Session = await login("observer")
+    for subject in FAMILY_SUBJECTS.values():
+        await observer.nc.publish(subject, b"probe")
+    await observer.nc.flush()
+    assert len(await observer.permission_errors(len(FAMILY_SUBJECTS))) == len(FAMILY_SUBJECTS)
+
+
+async def test_roles_cannot_subscribe_to_what_they_do_not_consume(login: Login) -> None:
+    collector: Session = await login("collector")
+    await collector.nc.subscribe(subjects.DECISIONS_ALL)
+    await collector.nc.flush()
+    (error,) = await collector.permission_errors(1)
+    assert "subscription" in error
+
+
+async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
+    decider: Session = await login("decider")
+    actuator: Session = await login("actuator")
+    aggregator: Session = await login("aggregator")
+    collector: Session = await login("collector")
+
+    # decider: its stream, a de-duplicated decision, its state bucket
+    decider_js = decider.nc.jetstream(timeout=5)
+    await ensure_stream(decider_js, subjects.DECISIONS_STREAM, [subjects.DECISIONS_ALL])
+    ack = await decider_js.publish(
+        FAMILY_SUBJECTS["decisions"], b"decision-1", headers=headers_msg_id("decision-1")
+    )
+    assert ack.stream == subjects.DECISIONS_STREAM
+    bucket = settings_mod.build(command_options("decider").settings_class, {}, {}).state_bucket
+    state = await ensure_kv(decider_js, bucket)
+    await state.put("default.Deployment.bert-intent-detection", b"history")
+    assert (await state.get("default.Deployment.bert-intent-detection")).value == b"history"
+
+    # actuator: may (re)declare the stream, consumes durably, acks, records, reports
+    actuator_js = actuator.nc.jetstream(timeout=5)
+    await ensure_stream(actuator_js, subjects.DECISIONS_STREAM, [subjects.DECISIONS_ALL])
+    pull = await actuator_js.pull_subscribe(
+        subjects.DECISIONS_ALL,
+        durable=actuator_app.DURABLE,
+        stream=subjects.DECISIONS_STREAM,
+        config=actuator_app.consumer_config(30.0),
+    )
+    (msg,) = await pull.fetch(1, timeout=5)
+    assert msg.data == b"decision-1"
+    await msg.ack_sync(timeout=5)
+    applied = await ensure_kv(actuator_js, actuator_app.APPLIED_BUCKET, ttl_s=actuator_app.APPLIED_TTL_S)
+    await applied.put("decision-1", b"1")
+    assert (await applied.get("decision-1")).value == b"1"
+    await actuator.nc.publish(FAMILY_SUBJECTS["actions"], b"applied")
+
+    # aggregator: the samples replay stream, filled by plain collector publishes
+    aggregator_js = aggregator.nc.jetstream(timeout=5)
+    await ensure_stream(
+        aggregator_js,
+        subjects.SAMPLES_STREAM,
+        [subjects.SAMPLES_ALL],
+        max_age_s=60,
+        duplicate_window_s=10,
+    )
+    for i in range(3):
+        await collector.nc.publish(FAMILY_SUBJECTS["samples"], f"batch-{i}".encode())
+    await collector.nc.flush()
+    replay = await aggregator_js.subscribe(
+        subjects.SAMPLES_ALL, stream=subjects.SAMPLES_STREAM, ordered_consumer=True
+    )
+    replayed = [(await replay.next_msg(timeout=5)).data for _ in range(3)]
+    assert replayed == [b"batch-0", b"batch-1", b"batch-2"]
+    await replay.unsubscribe()
+    # ... and the aggregator's own replay: an ephemeral, unacked pull consumer
+    pull_replay = await aggregator_js.pull_subscribe(
+        subjects.SAMPLES_ALL,
+        stream=subjects.SAMPLES_STREAM,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        ),
+    )
+    assert len(await pull_replay.fetch(3, timeout=5)) == 3
+
+    for session in (decider, actuator, aggregator, collector):
+        assert [e for e in session.errors if "permissions violation" in e] == []
+
+
+async def test_the_actuator_cannot_touch_the_samples_stream(login: Login) -> None:
+    actuator: Session = await login("actuator")
+    await actuator.nc.publish(f"$JS.API.STREAM.DELETE.{subjects.DECISIONS_STREAM}", b"")
+    await actuator.nc.publish(f"$JS.API.CONSUMER.CREATE.{subjects.SAMPLES_STREAM}", b"{}")
+    await actuator.nc.flush()
+    assert len(await actuator.permission_errors(2)) == 2

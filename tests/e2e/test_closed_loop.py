@@ -1,0 +1,225 @@
+"""The whole pipeline as separate processes: kube-sim load up -> replicas up; load down -> replicas down.
+
+sim collectors -> aggregator -> decider -> actuator -> kube-sim, with short
+windows so the loop closes in seconds. All NATS traffic is captured and
+checked against the AsyncAPI contract on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio.client import AppsV1Api, CustomObjectsApi
+
+from gpuscale import codec
+from gpuscale.embedded_nats import EmbeddedNats, free_port
+from gpuscale.kube import new_api_client
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.natsio import connect, drain
+from gpuscale_cli.demo.processes import ProcessGroup
+
+from ..contract import message_name_for_subject, validate_payload
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NAMESPACE, NAME = "default", "llm-chat"
+WINDOW_S = 4
+
+SCENARIO = [
+    {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app": NAME}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": NAME}},
+            "template": {
+                "metadata": {"labels": {"app": NAME}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": "vllm/vllm-openai:latest",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ]
+                },
+            },
+        },
+    },
+    {
+        "apiVersion": "gpuscale.io/v1alpha1",
+        "kind": "GPUScaler",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
+            "minReplicas": 1,
+            "maxReplicas": 6,
+            "metrics": [{"name": "gpu_util", "target": 60}],
+            "window": f"{WINDOW_S}s",
+            "tolerance": 0.1,
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 6}},
+        },
+    },
+]
+
+
+def _put_load(sim_url: str, load: float) -> None:
+    req = urllib.request.Request(  # noqa: S310 - our own loopback kube-sim
+        f"{sim_url}/sim/v1/workloads/{NAMESPACE}/{NAME}/load",
+        data=json.dumps({"load": load}).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - same
+        assert resp.status == 200
+
+
+@pytest.fixture
+async def pipeline(
+    nats_server: EmbeddedNats, tmp_path: Path
+) -> AsyncIterator[tuple[str, Path, ProcessGroup]]:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump_all(SCENARIO))
+    group = ProcessGroup(tmp_path, env={"GPUSCALE_NATS_URL": nats_server.url, "GPUSCALE_LOG_LEVEL": "debug"})
+    sim_port = free_port()
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    kubeconfig = tmp_path / "kubeconfig"
+    group.start(
+        "kube-sim", "kube-sim",
+        "--port", str(sim_port), "--kubeconfig-out", str(kubeconfig), "--scenario", str(scenario),
+        "--nodes", "2", "--gpus-per-node", "8", "--startup-delay", "1", "--termination-delay", "0.5",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not kubeconfig.exists():
+            assert time.monotonic() < deadline, group.children[0].tail()
+            assert not group.exited(), group.children[0].tail()
+            await asyncio.sleep(0.1)
+        kube = ("--kubeconfig", str(kubeconfig), "--http-port", "0")
+        group.start("actuator", "actuator", *kube)
+        group.start("decider", "decider", *kube)
+        group.start(
+            "aggregator",
+            "aggregator",
+            "--window",
+            str(WINDOW_S),
+            "--publish-interval",
+            "1",
+            "--http-port",
+            "0",
+        )
+        for node in ("gpu-node-1", "gpu-node-2"):
+            group.start(
+                f"collector-{node}",
+                "collector",
+                "--backend",
+                "sim",
+                "--sim-source",
+                "kube-sim",
+                "--node-name",
+                node,
+                "--interval",
+                "0.5",
+                *kube,
+            )
+        yield sim_url, kubeconfig, group
+    finally:
+        codes = await asyncio.to_thread(group.stop_all)
+        logs = "\n".join(f"--- {c.name}\n{c.tail(15)}" for c in group.children)
+        # Every part stops cleanly on SIGTERM: exit 0 and no traceback.
+        assert all(code == 0 for code in codes.values()), f"{codes}\n{logs}"
+        for child in group.children:
+            assert "Traceback" not in child.log_path.read_text(errors="replace"), logs
+
+
+async def _wait_for(predicate: Callable[[], Any], timeout_s: float, group: ProcessGroup, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if await predicate():
+            return
+        died = group.exited()
+        assert not died, f"{[c.name for c in died]} exited:\n" + "\n".join(c.tail(20) for c in died)
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {c.name}\n{c.tail(10)}" for c in group.children)
+            raise AssertionError(f"timed out waiting for {what}\n{logs}")
+        await asyncio.sleep(0.5)
+
+
+async def test_replicas_follow_the_load_up_and_back_down(
+    nats_server: EmbeddedNats, pipeline: tuple[str, Path, ProcessGroup]
+) -> None:
+    sim_url, kubeconfig, group = pipeline
+    captured: dict[str, list[dict[str, Any]]] = {}
+
+    async def capture(msg: Any) -> None:
+        captured.setdefault(message_name_for_subject(msg.subject), []).append(codec.decode_raw(msg.data))
+
+    nc = await connect([nats_server.url], ServiceMetrics("e2e"), name="e2e")
+    await nc.subscribe("gpuscale.v1.>", cb=capture)
+    api = await new_api_client(kubeconfig)
+    apps = AppsV1Api(api)
+    try:
+
+        async def replicas() -> int:
+            scale = await apps.read_namespaced_deployment_scale(NAME, NAMESPACE)
+            return int(scale.spec.replicas)
+
+        _put_load(sim_url, 20)
+        await _wait_for(lambda: _has(captured, "WorkloadMetrics"), 30, group, "the first metrics message")
+
+        # Load step: one pod at 100 % against a target of 60 -> up, then 3 pods at ~50 %.
+        stepped = time.monotonic()
+        _put_load(sim_url, 150)
+
+        async def scaled_up() -> bool:
+            return await replicas() >= 3
+
+        await _wait_for(scaled_up, WINDOW_S + 40, group, "scale-up to 3 replicas")
+        scale_up_s = time.monotonic() - stepped
+
+        # Load falls: after the 6 s scale-down stabilization, back to min.
+        _put_load(sim_url, 10)
+
+        async def scaled_down() -> bool:
+            return await replicas() == 1
+
+        await _wait_for(scaled_down, WINDOW_S + 6 + 40, group, "scale-down to 1 replica")
+
+        scaler = await CustomObjectsApi(api).get_namespaced_custom_object(
+            "gpuscale.io", "v1alpha1", NAMESPACE, "gpuscalers", NAME
+        )
+    finally:
+        await api.close()
+        await drain(nc)
+
+    assert scale_up_s < WINDOW_S + 40
+    decisions = captured.get("Decision", [])
+    assert any(d["to_replicas"] > d["from_replicas"] for d in decisions)
+    assert any(d["to_replicas"] < d["from_replicas"] for d in decisions)
+    assert all(d["reason"] for d in decisions)
+    actions = captured.get("Action", [])
+    assert any(a["outcome"] in ("applied", "conflict_retried") for a in actions)
+    # What the services really sent matches the published contract.
+    for name, payloads in captured.items():
+        for payload in payloads[:50]:
+            validate_payload(name, payload)
+    assert {"SampleBatch", "WorkloadMetrics", "Decision", "Action"} <= set(captured)
+    status = scaler.get("status") or {}
+    assert status.get("desiredReplicas") == 1
+    assert status.get("lastScaleTime")
+
+
+async def _has(captured: dict[str, list[dict[str, Any]]], name: str) -> bool:
+    with contextlib.suppress(KeyError):
+        return bool(captured[name])
+    return False
