@@ -786,6 +786,7 @@ class ClusterPlayer:
                         "container": containers[0].get("name", ""),
                         "pod_uid": pod["metadata"]["uid"],
                         "workload": {"kind": owner.kind, "name": owner.name},
+                        "ready": state.ready and state.terminating_since is None,
                     }
                 )
             noise = self.rng.gauss(0.0, loadmod.NOISE_SD) if util > 0 else 0.0

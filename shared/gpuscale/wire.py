@@ -174,6 +174,10 @@ class GpuOwner:
     workload: WorkloadRef
     sm_util: float | None = None  # % for this owner when attributed per process
     fb_used_mib: float | None = None  # this owner's framebuffer, when known
+    # The pod's Ready condition when the collector knows it (None: unknown).
+    # A pod that is not ready (loading its model) counts as missing, as HPA
+    # treats unready pods, rather than as a fresh pod at 0 %.
+    ready: bool | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -184,12 +188,16 @@ class GpuOwner:
             "workload": self.workload.to_wire(),
             "sm_util": self.sm_util,
             "fb_used_mib": self.fb_used_mib,
+            "ready": self.ready,
         }
 
     @classmethod
     def from_wire(cls, m: Any, where: str = "owner.") -> GpuOwner:
         if type(m) is not dict:
             raise WireError("wrong_type", f"{where[:-1]} must be a map")
+        ready = m.get("ready")  # optional: producers before it omit it
+        if ready is not None and type(ready) is not bool:
+            raise WireError("wrong_type", f"{where}ready must be true, false or null")
         return cls(
             namespace=_str(m, "namespace", where),
             pod=_str(m, "pod", where),
@@ -198,6 +206,7 @@ class GpuOwner:
             workload=WorkloadRef.from_wire(_get(m, "workload", where), where + "workload."),
             sm_util=_opt_num(m, "sm_util", where, 0.0, 100.0),
             fb_used_mib=_opt_num(m, "fb_used_mib", where, 0.0),
+            ready=ready,
         )
 
 

@@ -17,8 +17,11 @@ def owner(
     kind: str = "Deployment",
     sm_util: float | None = None,
     fb_used_mib: float | None = None,
+    ready: bool | None = None,
 ) -> dict[str, Any]:
+    extra = {} if ready is None else {"ready": ready}  # older producers omit the field
     return {
+        **extra,
         "namespace": namespace,
         "pod": pod,
         "container": "main",

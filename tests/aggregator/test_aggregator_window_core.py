@@ -197,6 +197,16 @@ SCENARIOS = {
         pods={"bert": {"a-2": {"gpu_util": 50.0}}},
         fresh_stale={"bert": (0, 1)},
     ),
+    "unready pod (loading its model) is missing, not a fresh pod at 0 %": Scenario(
+        batches=[
+            batch(gpu(0, owner("a-1", ready=True), util=90.0), ts=NOW),
+            batch(gpu(0, owner("a-2", ready=False), util=0.0, node="node-b"), node="node-b", ts=NOW),
+        ],
+        now=NOW + 1,
+        pods={"bert": {"a-1": {"gpu_util": 90.0}}},
+        averages={"bert": {"gpu_util": 90.0}},
+        fresh_stale={"bert": (1, 0)},
+    ),
     "a workload whose pods all left the window is forgotten": Scenario(
         batches=[
             batch(gpu(0, owner("a-1", "old"), util=10.0), ts=NOW),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -171,6 +173,15 @@ def test_readings_from_kube_sim() -> None:
     assert first.owners == (GpuOwner("default", "bert-1", "server", "u1", WorkloadRef("Deployment", "bert")),)
     assert second.owners == ()
     assert second.temp_c is None
+
+
+def test_readings_from_kube_sim_carry_pod_readiness() -> None:
+    payload = copy.deepcopy(KUBE_SIM_PAYLOAD)
+    payload["gpus"][0]["owners"][0]["ready"] = False
+    assert readings_from_kube_sim(payload)[0].owners[0].ready is False
+    payload["gpus"][0]["owners"][0]["ready"] = "loading"
+    with pytest.raises(FeedError):
+        readings_from_kube_sim(payload)
 
 
 @pytest.mark.parametrize(

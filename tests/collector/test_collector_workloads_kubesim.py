@@ -99,6 +99,10 @@ async def test_deployment_statefulset_and_bare_pod(kube_sim: Any, kit: Any) -> N
         assert found["solo"] == WorkloadRef("Pod", "solo")
         assert "elsewhere" not in found  # another node's pod is not watched
         assert all(p.uid for p in pods.pods_by_uid.values())
+        # Readiness follows the pod's Ready condition (kube-sim: after the start-up delay).
+        await kit.wait_for(
+            lambda: all(p.ready for p in pods.pods_by_uid.values()), what="pods ready through the watch"
+        )
 
 
 async def test_pods_listed_at_start_and_deletions_followed(kube_sim: Any, kit: Any) -> None:

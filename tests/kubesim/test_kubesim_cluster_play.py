@@ -182,6 +182,7 @@ async def test_load_is_split_among_ready_pods_in_the_gpu_endpoint() -> None:
                 g for g in gpus if g["owners"] and g["owners"][0]["pod"] == loading["metadata"]["name"]
             )
             assert mine["util"] == 0
+            assert mine["owners"][0]["ready"] is False  # counted as missing downstream
             assert mine["fb_used_mib"] < 0.6 * 81559
 
             async with http.get(f"{sim.url}/sim/v1/nodes/no-such-node/gpus") as response:

@@ -21,7 +21,7 @@ from gpuscale.wire import (
     WorkloadMetrics,
 )
 
-from .wire_factories import NOW, action, batch, decision, gpu, metrics
+from .wire_factories import NOW, action, batch, decision, gpu, metrics, owner
 
 MESSAGES = [
     pytest.param(batch(), SampleBatch, id="samples"),
@@ -46,6 +46,9 @@ MESSAGES = [
         id="samples-lost-gpu",
     ),
     pytest.param(batch(gpus=(gpu(0, mig="GPU-parent", sm_active=None),)), SampleBatch, id="samples-mig"),
+    pytest.param(
+        batch(gpus=(gpu(0, owners=(owner(ready=False),)),)), SampleBatch, id="samples-unready-owner"
+    ),
     pytest.param(metrics(), WorkloadMetrics, id="metrics"),
     pytest.param(decision(), Decision, id="decisions"),
     pytest.param(action(), Action, id="actions"),
@@ -148,6 +151,7 @@ BAD_GPU_ENTRIES = [
         _set("gpus.0.owners.0.workload", "Deployment/bert"), "wrong_type", id="owner-workload-string"
     ),
     pytest.param(_set("gpus.0", "not a gpu"), "wrong_type", id="entry-not-a-map"),
+    pytest.param(_set("gpus.0.owners.0.ready", "yes"), "wrong_type", id="owner-ready-not-bool"),
 ]
 
 
@@ -160,6 +164,12 @@ def test_one_bad_gpu_entry_does_not_drop_the_batch(
     parsed = decode(encode_raw(payload), SampleBatch, NOW)
     assert [g.index for g in parsed.gpus] == [1]
     assert [(i, e.code) for i, e in parsed.rejected_gpus] == [(0, code)]
+
+
+def test_owner_without_ready_field_is_accepted_as_unknown() -> None:
+    payload = _wire(batch())
+    del payload["gpus"][0]["owners"][0]["ready"]  # a producer from before the field
+    assert decode(encode_raw(payload), SampleBatch, NOW).gpus[0].owners[0].ready is None
 
 
 def test_timestamp_within_skew_is_accepted() -> None:

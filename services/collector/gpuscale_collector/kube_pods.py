@@ -39,8 +39,17 @@ def pod_info_of(pod: Any) -> PodInfo:
     for cs in [*(status.container_statuses or ()), *(status.init_container_statuses or ())] if status else ():
         if cs.container_id:
             containers[container_id_of_status(cs.container_id)] = cs.name
+    ready = None
+    for condition in (status.conditions or ()) if status else ():
+        if condition.type == "Ready":
+            ready = condition.status == "True"
     return PodInfo(
-        uid=meta.uid or "", namespace=meta.namespace, name=meta.name, owners=owners, containers=containers
+        uid=meta.uid or "",
+        namespace=meta.namespace,
+        name=meta.name,
+        owners=owners,
+        containers=containers,
+        ready=ready,
     )
 
 

@@ -81,6 +81,8 @@ def contributions(batch: SampleBatch) -> dict[PodKey, tuple[float, ...]]:
         if gpu.health != HEALTH_OK or gpu.util is None:
             continue
         for owner in gpu.owners:
+            if owner.ready is False:  # loading its model: missing, as HPA counts unready pods
+                continue
             key = (owner.namespace, owner.workload.kind, owner.workload.name, owner.pod)
             acc = out.get(key)
             if acc is None:
@@ -217,7 +219,10 @@ def fast_contributions(obj: Any, now: float) -> FastBatch | None:
                 and (owner_fb is None or (type(owner_fb) in _NUMBER and 0.0 <= owner_fb <= _BIG))
             ):
                 return None
-            if not healthy:
+            ready = o.get("ready")  # optional field: absent on older producers
+            if ready is not None and type(ready) is not bool:
+                return None
+            if not healthy or ready is False:  # unready: missing, as HPA counts it
                 continue
             # The six values and their counts (inlined _add: this runs per GPU owner).
             mem = owner_fb if owner_fb is not None else fb_used

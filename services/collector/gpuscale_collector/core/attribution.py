@@ -81,6 +81,7 @@ def owners_of(reading: DeviceReading, attribution: Attribution) -> tuple[GpuOwne
     processes_known = reading.processes is not None and complete
     order = list(holders) + [ref for ref in shares if ref not in holders]
     uid_by_pod = {(p.namespace, p.name): p.uid for p in attribution.pods_by_uid.values()}
+    ready_by_pod = {(p.namespace, p.name): p.ready for p in attribution.pods_by_uid.values()}
     owners: list[GpuOwner] = []
     for ref in order:
         share = shares.get(ref)
@@ -101,6 +102,7 @@ def owners_of(reading: DeviceReading, attribution: Attribution) -> tuple[GpuOwne
                 workload=workload,
                 sm_util=sm,
                 fb_used_mib=fb,
+                ready=ready_by_pod.get((ref.namespace, ref.pod)),
             )
         )
     return tuple(owners)

@@ -126,7 +126,15 @@ def _owner(o: Any) -> GpuOwner:
         workload=WorkloadRef(str(wl.get("kind") or "Pod"), str(wl.get("name") or pod)),
         sm_util=_num(o, "sm_util"),
         fb_used_mib=_num(o, "fb_used_mib"),
+        ready=_ready(o),
     )
+
+
+def _ready(o: dict[str, Any]) -> bool | None:
+    ready = o.get("ready")
+    if ready is not None and not isinstance(ready, bool):
+        raise FeedError("owner.ready must be true, false or null")
+    return ready
 
 
 def readings_from_kube_sim(payload: Any) -> list[DeviceReading]:

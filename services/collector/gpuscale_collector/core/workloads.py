@@ -25,6 +25,7 @@ class PodInfo:
     owners: tuple[OwnerRef, ...] = ()
     # container id (no runtime:// prefix) → container name
     containers: Mapping[str, str] | None = None
+    ready: bool | None = None  # the pod's Ready condition
 
 
 def controller_of(owners: Sequence[OwnerRef]) -> OwnerRef | None:
