@@ -156,7 +156,7 @@ async def one_run(args: argparse.Namespace, work: Path) -> dict[str, float | Non
 def _fmt(values: list[float]) -> str:
     if not values:
         return "n/a"
-    return f"median {statistics.median(values):.2f} s, max {max(values):.2f} s"
+    return f"median {statistics.median(values):.3f} s, max {max(values):.3f} s"
 
 
 async def main() -> None:

@@ -1,9 +1,9 @@
 """``gpuscale``: one program, a sub-command per part.
 
 Sub-commands are registered by name with the module holding their settings
-class and the module holding their ``serve``; both are imported only for the
-sub-command being run, so ``gpuscale --help`` stays fast and a broken part
-cannot stop the others from starting.
+class and the module holding their entry point; both are imported only for
+the sub-command being run, so ``gpuscale --help`` stays fast and each part
+loads only what it needs.
 """
 
 from __future__ import annotations
@@ -76,12 +76,11 @@ def _load(ref: str) -> object:
     return getattr(importlib.import_module(module), attr)
 
 
-def _settings_class(command: Command) -> type | None:
-    try:
-        cls = _load(command.settings)
-    except (ImportError, AttributeError):
-        return None
-    return cls if isinstance(cls, type) else None
+def _settings_class(command: Command) -> type:
+    cls = _load(command.settings)
+    if not isinstance(cls, type):
+        raise TypeError(f"{command.settings} is not a settings class")
+    return cls
 
 
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
@@ -95,9 +94,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.summary, description=command.summary)
         if command.name == selected:
-            cls = _settings_class(command)
-            if cls is not None:
-                settings_mod.add_arguments(p, cls)
+            settings_mod.add_arguments(p, _settings_class(command))
     return parser
 
 
@@ -105,28 +102,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     names = {c.name for c in COMMANDS}
     selected = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(selected if selected in names else None)
+    try:
+        parser = build_parser(selected if selected in names else None)
+    except (ImportError, AttributeError, TypeError) as e:  # a broken install, named in one line
+        print(f"gpuscale {selected}: cannot load this part: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
     command = next(c for c in COMMANDS if c.name == args.command)
-    cls = _settings_class(command)
-    settings: object | None = None
-    if cls is not None:
-        try:
-            settings = settings_mod.build(cls, args)
-        except settings_mod.SettingsError as e:
-            for line in e.lines():
-                print(f"gpuscale {command.name}: {line}", file=sys.stderr)
-            return 2
     try:
-        entry = _load(command.entry)
-    except (ImportError, AttributeError):
-        entry = None
-    if settings is None or entry is None or not callable(entry):
-        print(f"gpuscale {command.name}: not implemented yet", file=sys.stderr)
+        settings: object = settings_mod.build(_settings_class(command), args)
+    except settings_mod.SettingsError as e:
+        for line in e.lines():
+            print(f"gpuscale {command.name}: {line}", file=sys.stderr)
         return 2
+    entry = _load(command.entry)
+    if not callable(entry):
+        raise TypeError(f"{command.entry} is not callable")
     code = entry(settings)
     return int(code) if isinstance(code, int) else 0
 

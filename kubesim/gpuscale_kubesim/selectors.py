@@ -76,24 +76,6 @@ def label_selector(text: str | None) -> Predicate:
     return predicate
 
 
-def match_labels_string(selector: Obj | None) -> str:
-    """A LabelSelector object as its string form (what Scale.status.selector holds)."""
-    if not selector:
-        return ""
-    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
-        if op == "In":
-            parts.append(f"{key} in ({','.join(sorted(values))})")
-        elif op == "NotIn":
-            parts.append(f"{key} notin ({','.join(sorted(values))})")
-        elif op == "Exists":
-            parts.append(key)
-        elif op == "DoesNotExist":
-            parts.append(f"!{key}")
-    return ",".join(parts)
-
-
 def field_value(obj: Obj, path: str) -> str | None:
     current: Any = obj
     for part in path.split("."):

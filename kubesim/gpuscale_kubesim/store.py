@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuscale.labels import selector_string
 from gpuscale_kubesim import convert, patch
 from gpuscale_kubesim.errors import ApiError, already_exists, bad_request, conflict, gone, invalid, not_found
 from gpuscale_kubesim.resources import Registry, ResourceDef, format_time, from_crd
-from gpuscale_kubesim.selectors import Predicate, match_labels_string
+from gpuscale_kubesim.selectors import Predicate
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -524,7 +525,7 @@ class Store:
             "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 0) or 0)},
             "status": {
                 "replicas": int((obj.get("status") or {}).get("replicas", 0) or 0),
-                "selector": match_labels_string((obj.get("spec") or {}).get("selector")),
+                "selector": selector_string((obj.get("spec") or {}).get("selector")),
             },
         }
 

@@ -33,6 +33,8 @@ import aiohttp
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from gpuscale.labels import selector_string
+
 __all__ = [
     "REPLICAS_IN_SPEC",
     "BadRequest",
@@ -319,24 +321,6 @@ def _scale_from_dict(doc: Mapping[str, Any]) -> ScaleState:
     )
 
 
-def _selector_string(selector: Mapping[str, Any] | None) -> str:
-    """A LabelSelector as the string a Scale's ``status.selector`` holds."""
-    if not selector:
-        return ""
-    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
-        if op == "In":
-            parts.append(f"{key} in ({','.join(values)})")
-        elif op == "NotIn":
-            parts.append(f"{key} notin ({','.join(values)})")
-        elif op == "Exists":
-            parts.append(key)
-        elif op == "DoesNotExist":
-            parts.append(f"!{key}")
-    return ",".join(parts)
-
-
 def scale_state_from_object(obj: Mapping[str, Any]) -> ScaleState:
     """The Scale view of a Deployment/StatefulSet/ReplicaSet object."""
     spec = obj.get("spec") or {}
@@ -346,7 +330,7 @@ def scale_state_from_object(obj: Mapping[str, Any]) -> ScaleState:
     return ScaleState(
         replicas=1 if replicas is None else int(replicas),  # the API server's default
         resource_version=str(meta.get("resourceVersion") or ""),
-        selector=_selector_string(spec.get("selector")),
+        selector=selector_string(spec.get("selector")),
         status_replicas=int(status.get("replicas") or 0),
     )
 

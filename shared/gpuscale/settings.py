@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,3 +272,74 @@ class CommonSettings:
         help="CA bundle to verify the NATS server's TLS certificate",
         metavar="FILE",
     )
+
+
+def default_identity() -> str:
+    """A Lease holder's name when --identity is not given: host name and pid."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def lease_name_option(default: str) -> str:
+    """``--lease-name``: each service elects its leader on its own Lease."""
+    return option(
+        default,
+        "--lease-name",
+        env="GPUSCALE_LEASE_NAME",
+        parse=non_empty,
+        help="coordination.k8s.io Lease that elects the one active replica",
+    )
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """Lease leader election (client-go's timings), for services run with several replicas.
+
+    A service subclass also declares ``lease_name`` with :func:`lease_name_option`.
+    """
+
+    lease_namespace: str = option(
+        "default",
+        "--lease-namespace",
+        env=("GPUSCALE_LEASE_NAMESPACE", "POD_NAMESPACE"),
+        parse=non_empty,
+        help="namespace of the Lease",
+    )
+    identity: str = option(
+        "",
+        "--identity",
+        env="GPUSCALE_IDENTITY",
+        parse=non_empty,
+        help="this replica's name in the Lease (empty: host name and pid)",
+    )
+    lease_duration: float = option(
+        15.0,
+        "--lease-duration",
+        env="GPUSCALE_LEASE_DURATION",
+        parse=seconds,
+        help="how long a leader's lease lasts without renewal (seconds)",
+    )
+    renew_deadline: float = option(
+        10.0,
+        "--renew-deadline",
+        env="GPUSCALE_RENEW_DEADLINE",
+        parse=seconds,
+        help="a leader that cannot renew for this long steps down (seconds)",
+    )
+    retry_period: float = option(
+        2.0,
+        "--retry-period",
+        env="GPUSCALE_RETRY_PERIOD",
+        parse=seconds,
+        help="how often candidates try and leaders renew (seconds)",
+    )
+
+    def __post_init__(self) -> None:
+        if not self.lease_duration > self.renew_deadline > self.retry_period * 1.2:
+            raise ValueError(
+                "need --lease-duration > --renew-deadline > 1.2 x --retry-period "
+                f"(got {self.lease_duration}, {self.renew_deadline}, {self.retry_period})"
+            )
+
+    @property
+    def holder_identity(self) -> str:
+        return self.identity or default_identity()

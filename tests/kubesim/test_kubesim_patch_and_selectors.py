@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from gpuscale.labels import selector_string
 from gpuscale_kubesim.errors import ApiError
 from gpuscale_kubesim.patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
-from gpuscale_kubesim.selectors import field_selector, label_selector, match_labels_string
+from gpuscale_kubesim.selectors import field_selector, label_selector
 
 
 @dataclass(frozen=True)
@@ -168,4 +169,4 @@ def test_scale_selector_string() -> None:
             {"key": "x", "operator": "Exists"},
         ],
     }
-    assert match_labels_string(selector) == "a=b,app=bert,env in (dev,prod),x"
+    assert selector_string(selector) == "a=b,app=bert,env in (dev,prod),x"

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuscale.settings import CommonSettings, boolean, non_empty, option, path, port, seconds
-
-
-def default_identity() -> str:
-    """The lease holder name when --identity is not given: host name and pid."""
-    return f"{socket.gethostname()}-{os.getpid()}"
+from gpuscale.settings import (
+    CommonSettings,
+    LeaseSettings,
+    boolean,
+    lease_name_option,
+    option,
+    path,
+    port,
+    seconds,
+)
 
 
 @dataclass(frozen=True)
-class ActuatorSettings(CommonSettings):
+class ActuatorSettings(LeaseSettings, CommonSettings):
     http_port: int = option(
         9403,
         "--http-port",
@@ -35,54 +37,13 @@ class ActuatorSettings(CommonSettings):
         is_flag=True,
         help="consume and report decisions, change nothing",
     )
-    lease_name: str = option(
-        "gpuscale-actuator",
-        "--lease-name",
-        env="GPUSCALE_LEASE_NAME",
-        parse=non_empty,
-        help="coordination.k8s.io Lease that elects the one acting actuator",
-    )
-    lease_namespace: str = option(
-        "default",
-        "--lease-namespace",
-        env=("GPUSCALE_LEASE_NAMESPACE", "POD_NAMESPACE"),
-        parse=non_empty,
-        help="namespace of the Lease",
-    )
-    identity: str = option(
-        "",
-        "--identity",
-        env="GPUSCALE_IDENTITY",
-        parse=non_empty,
-        help="this replica's name in the Lease (empty: host name and pid)",
-    )
+    lease_name: str = lease_name_option("gpuscale-actuator")
     max_decision_age: float = option(
         60.0,
         "--max-decision-age",
         env="GPUSCALE_MAX_DECISION_AGE",
         parse=seconds,
         help="decisions older than this are skipped as stale (seconds)",
-    )
-    lease_duration: float = option(
-        15.0,
-        "--lease-duration",
-        env="GPUSCALE_LEASE_DURATION",
-        parse=seconds,
-        help="how long a leader's lease lasts without renewal (seconds)",
-    )
-    renew_deadline: float = option(
-        10.0,
-        "--renew-deadline",
-        env="GPUSCALE_RENEW_DEADLINE",
-        parse=seconds,
-        help="a leader that cannot renew for this long steps down (seconds)",
-    )
-    retry_period: float = option(
-        2.0,
-        "--retry-period",
-        env="GPUSCALE_RETRY_PERIOD",
-        parse=seconds,
-        help="how often candidates try and leaders renew (seconds)",
     )
     ack_wait: float = option(
         60.0,
@@ -91,14 +52,3 @@ class ActuatorSettings(CommonSettings):
         parse=seconds,
         help="JetStream redelivers a decision not acked within this time (seconds)",
     )
-
-    def __post_init__(self) -> None:
-        if not self.lease_duration > self.renew_deadline > self.retry_period * 1.2:
-            raise ValueError(
-                "need --lease-duration > --renew-deadline > 1.2 x --retry-period "
-                f"(got {self.lease_duration}, {self.renew_deadline}, {self.retry_period})"
-            )
-
-    @property
-    def holder_identity(self) -> str:
-        return self.identity or default_identity()

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -131,10 +129,17 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     kv = await _retry(ctx, "state_bucket", lambda: ensure_kv(js, s.state_bucket, history=1))
     api = await new_api_client(s.kubeconfig)
 
-    identity = s.identity or f"{socket.gethostname()}-{os.getpid()}"
     elector: LeaderElector | None = None
     if s.leader_election:
-        elector = LeaderElector(api, s.lease_name, s.lease_namespace, identity)
+        elector = LeaderElector(
+            api,
+            s.lease_name,
+            s.lease_namespace,
+            s.holder_identity,
+            lease_duration_s=s.lease_duration,
+            renew_deadline_s=s.renew_deadline,
+            retry_period_s=s.retry_period,
+        )
 
     def is_leader() -> bool:
         return elector is None or elector.is_leader
@@ -216,7 +221,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         on_decider(decider)
     log.info(
         "decider_started",
-        identity=identity,
+        identity=s.holder_identity,
         policies=str(s.policies) if s.policies else "GPUScaler objects",
         leader_election=s.leader_election,
     )

@@ -5,12 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuscale.settings import CommonSettings, boolean, existing_file, non_empty, option, path, port, seconds
+from gpuscale.settings import (
+    CommonSettings,
+    LeaseSettings,
+    boolean,
+    existing_file,
+    lease_name_option,
+    non_empty,
+    option,
+    path,
+    port,
+    seconds,
+)
 from gpuscale.subjects import DECIDER_STATE_BUCKET
 
 
 @dataclass(frozen=True)
-class DeciderSettings(CommonSettings):
+class DeciderSettings(LeaseSettings, CommonSettings):
     http_port: int = option(
         9402,
         "--http-port",
@@ -28,27 +39,7 @@ class DeciderSettings(CommonSettings):
         parse=existing_file,
         help="GPUScaler objects from a YAML file instead of watching the cluster",
     )
-    lease_name: str = option(
-        "gpuscale-decider",
-        "--lease-name",
-        env="GPUSCALE_LEASE_NAME",
-        parse=non_empty,
-        help="coordination.k8s.io Lease that elects the one deciding decider",
-    )
-    lease_namespace: str = option(
-        "default",
-        "--lease-namespace",
-        env=("GPUSCALE_LEASE_NAMESPACE", "POD_NAMESPACE"),
-        parse=non_empty,
-        help="namespace of the Lease",
-    )
-    identity: str = option(
-        "",
-        "--identity",
-        env="GPUSCALE_IDENTITY",
-        parse=non_empty,
-        help="this replica's name in the Lease (empty: host name and pid)",
-    )
+    lease_name: str = lease_name_option("gpuscale-decider")
     leader_election: bool = option(
         True,
         "--leader-election",
