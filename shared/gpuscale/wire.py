@@ -499,10 +499,18 @@ class Action:
             replicas_before=None if before is None else _int(m, "replicas_before"),
             replicas_after=None if after is None else _int(m, "replicas_after"),
             error=_opt_str(m, "error"),
-            namespace=str(m.get("namespace", "")),
-            kind=str(m.get("kind", "")),
-            name=str(m.get("name", "")),
+            namespace=_optional_text(m, "namespace"),
+            kind=_optional_text(m, "kind"),
+            name=_optional_text(m, "name"),
         )
+
+
+def _optional_text(m: dict[Any, Any], key: str) -> str:
+    """A string field added after v1 first shipped: absent reads as empty."""
+    v = m.get(key, "")
+    if type(v) is not str:
+        raise WireError("wrong_type", f"{key} must be a string")
+    return v
 
 
 Message = SampleBatch | WorkloadMetrics | Decision | Action

@@ -109,6 +109,7 @@ INVALID = [
     pytest.param(decision, _set("inputs", []), "wrong_type", id="decision-inputs-list"),
     pytest.param(action, _set("outcome", "maybe"), "out_of_range", id="action-unknown-outcome"),
     pytest.param(action, _set("replicas_before", "2"), "wrong_type", id="action-before-string"),
+    pytest.param(action, _set("namespace", 7), "wrong_type", id="action-namespace-number"),
 ]
 
 
