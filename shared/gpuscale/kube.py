@@ -33,6 +33,7 @@ import aiohttp
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.labels import selector_string
 
 __all__ = [
@@ -445,8 +446,7 @@ async def retry_with_backoff(
             if stop is None:
                 await asyncio.sleep(delay)
             else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+                await sleep_unless_stopped(stop, delay)
                 if stop.is_set():
                     raise
 

@@ -18,7 +18,6 @@ out, ``now`` a parameter); :class:`LeaderElector` is the I/O loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -27,6 +26,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.kube import (
     Conflict,
     Forbidden,
@@ -230,8 +230,7 @@ class LeaderElector:
                     )
                 # client-go: a jittered retry period between tries.
                 period = self.retry_period_s * (1.0 + random.random() * (_JITTER - 1.0))  # noqa: S311 - jitter, not crypto
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), period)
+                await sleep_unless_stopped(stop, period)
         finally:
             if self._leading.is_set():
                 await self._release()

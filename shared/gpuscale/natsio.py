@@ -26,6 +26,7 @@ from nats.js.api import (
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import get_logger
 from gpuscale.metrics import ServiceMetrics
 
@@ -112,8 +113,7 @@ async def connect(
             if stop is None:
                 await asyncio.sleep(delay)
             else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+                await sleep_unless_stopped(stop, delay)
                 if stop.is_set():
                     raise
             nc = NATS()

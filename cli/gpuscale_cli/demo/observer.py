@@ -16,6 +16,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
 from gpuscale import codec, subjects
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import get_logger
 from gpuscale.natsio import NATS
 from gpuscale.wire import Action, Decision, WireError, WorkloadMetrics
@@ -199,5 +200,4 @@ class Observer:
                         else None,
                     )
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), max(0.0, period_s - (time.time() - tick)))
+                await sleep_unless_stopped(stop, max(0.0, period_s - (time.time() - tick)))

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.embedded_nats import EmbeddedNats, NatsServerError, free_port
 from gpuscale.kube import new_api_client
 from gpuscale.logging import configure, get_logger
@@ -131,8 +132,7 @@ async def _run(settings: DemoSettings) -> int:
                 code = 1
                 break
             view.draw(terminal.render(state, elapsed, duration, ui_url), elapsed)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+            await sleep_unless_stopped(stop, 1.0)
         stop.set()
         await observe
         run_s = time.monotonic() - begin

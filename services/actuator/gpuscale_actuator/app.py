@@ -49,6 +49,7 @@ from nats.js.kv import KeyValue
 from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale import codec, subjects
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.kube import (
     REPLICAS_IN_SPEC,
     Conflict,
@@ -428,8 +429,7 @@ class Actuator:
             if not self.elector.is_leader:
                 await _first(self.elector.wait_until_leader(), self.stop.wait())
                 if not self.elector.is_leader:  # leading, but our renewals lapsed: no busy loop
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stop.wait(), 0.2)
+                    await sleep_unless_stopped(self.stop, 0.2)
                 continue
             try:
                 if sub is None:
@@ -446,8 +446,7 @@ class Actuator:
             except Exception as e:  # noqa: BLE001 - NATS outage or consumer trouble: wait, go on
                 if self.once.first("fetch", type(e).__name__):
                     self.log.warning("decisions_fetch_failed", error=f"{type(e).__name__}: {e}")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stop.wait(), 1.0)
+                await sleep_unless_stopped(self.stop, 1.0)
                 continue
             self.once.forget("fetch", "TimeoutError")
             for msg in msgs:
@@ -517,8 +516,7 @@ async def _setup_jetstream(js: JetStreamContext, stop: asyncio.Event, log: Any) 
             attempt += 1
             if attempt == 1 or attempt % 10 == 0:
                 log.warning("jetstream_setup_failed", attempt=attempt, error=f"{type(e).__name__}: {e}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), min(0.5 * attempt, 5.0))
+            await sleep_unless_stopped(stop, min(0.5 * attempt, 5.0))
     return None
 
 
@@ -528,8 +526,7 @@ async def _watch_api(api: ApiClient, state: dict[str, Any], stop: asyncio.Event,
         if ok != state["ok"]:
             log.info("kube_api_reachable" if ok else "kube_api_unreachable", detail=detail)
         state["ok"], state["detail"] = ok, detail
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), PING_PERIOD_S)
+        await sleep_unless_stopped(stop, PING_PERIOD_S)
 
 
 async def serve(ctx: ServiceContext, hooks: Hooks | None = None) -> None:

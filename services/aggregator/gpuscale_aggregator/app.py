@@ -25,6 +25,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale import codec, subjects
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, drain, ensure_stream, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
@@ -295,8 +296,7 @@ class AggregatorService:
                     break
                 if attempt == 1 or attempt % 10 == 0:
                     self.log.warning("replay_failed", attempt=attempt, error=f"{type(e).__name__}: {e}")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.ctx.stop.wait(), 1.0)
+                await sleep_unless_stopped(self.ctx.stop, 1.0)
         # Feed what arrived live meanwhile, then switch to live handling.
         held, self._held = self._held or [], None
         now = time.time()
@@ -370,8 +370,7 @@ class AggregatorService:
         interval = self.settings.publish_interval_s
         next_at = loop.time() + interval
         while not self.ctx.stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.ctx.stop.wait(), max(0.0, next_at - loop.time()))
+            await sleep_unless_stopped(self.ctx.stop, max(0.0, next_at - loop.time()))
             if self.ctx.stop.is_set():
                 return
             await self.publish_once()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale import codec, subjects
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, drain, is_connected
 from gpuscale.runtime import ServiceContext, run
@@ -88,8 +89,7 @@ class Publisher:
                 await self._flush()
             if len(self.buffer) and not (self.nc is not None and self.nc.is_connected):
                 # Waiting for NATS: nats-py reconnects by itself; look again soon.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), RECONNECT_POLL_S)
+                await sleep_unless_stopped(stop, RECONNECT_POLL_S)
                 continue
             self._wake.clear()
             if len(self.buffer):
@@ -251,8 +251,7 @@ class Collector:
         while not self.ctx.stop.is_set():
             delay = due - time.time()
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.ctx.stop.wait(), delay)
+                await sleep_unless_stopped(self.ctx.stop, delay)
                 if self.ctx.stop.is_set():
                     return
             started = loop.time()

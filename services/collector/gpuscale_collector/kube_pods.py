@@ -9,11 +9,11 @@ ReplicaSet read in its lifetime. kubernetes_asyncio is imported here only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from pathlib import Path
 from typing import Any
 
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import get_logger
 from gpuscale.wire import WorkloadRef
 from gpuscale_collector.core.cgroup import container_id_of_status
@@ -89,8 +89,7 @@ class NodePods:
                 self._log.warning("pod_watch_failed", status=e.status, reason=e.reason, retry_in_s=delay)
             except Exception as e:  # noqa: BLE001 - the API may fail in any way; we back off and relist
                 self._log.warning("pod_watch_failed", error=f"{type(e).__name__}: {e}", retry_in_s=delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay * (1 + random.random()))  # noqa: S311 - jitter, not crypto
+            await sleep_unless_stopped(stop, delay * (1 + random.random()))  # noqa: S311 - jitter, not crypto
             delay = min(delay * 2, 30.0)
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from gpuscale import subjects
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.codec import encode
 from gpuscale.kube import new_api_client
 from gpuscale.leader import LeaderElector
@@ -62,8 +63,7 @@ async def _retry(ctx: ServiceContext, what: str, fn: Any) -> Any:
                 ctx.log.warning(
                     "setup_step_failed", step=what, attempt=attempt, error=f"{type(e).__name__}: {e}"
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx.stop.wait(), min(0.5 * attempt, 5.0))
+            await sleep_unless_stopped(ctx.stop, min(0.5 * attempt, 5.0))
             if ctx.stop.is_set():
                 raise
 
@@ -202,8 +202,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
 
     async def ticker() -> None:
         while not ctx.stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx.stop.wait(), s.tick_interval)
+            await sleep_unless_stopped(ctx.stop, s.tick_interval)
             if ctx.stop.is_set():
                 break
             try:

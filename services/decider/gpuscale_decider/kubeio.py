@@ -12,6 +12,7 @@ from typing import Any, Final
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
+from gpuscale.aio import sleep_unless_stopped
 from gpuscale.kube import Forbidden, KubeError, NotFound, backoff_delay, request_json
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.subjects import WorkloadKey
@@ -58,8 +59,7 @@ def apply_object(decider: Decider, obj: Mapping[str, Any]) -> None:
 
 
 async def _sleep_or_stop(stop: asyncio.Event, delay: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), delay)
+    await sleep_unless_stopped(stop, delay)
 
 
 class GPUScalerWatcher:
