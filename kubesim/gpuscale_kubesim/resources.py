@@ -248,6 +248,17 @@ def _event_object(obj: Obj, _now: float) -> Any:
     return f"{str(ref.get('kind', '')).lower()}/{ref.get('name', '')}"
 
 
+def _event_columns(message_path: str) -> tuple[Column, ...]:
+    """``kubectl get events`` columns; the two Event APIs differ only in the message's field."""
+    return (
+        Column("Last Seen", "string", _event_last_seen, "Time since the last occurrence"),
+        Column("Type", "string", _path_cell(".type", "string"), "Normal or Warning"),
+        Column("Reason", "string", _path_cell(".reason", "string"), "Short reason"),
+        Column("Object", "string", _event_object, "The object this event is about"),
+        Column("Message", "string", _path_cell(message_path, "string"), "What happened"),
+    )
+
+
 def _event_last_seen(obj: Obj, now: float) -> Any:
     stamp = (
         obj.get("lastTimestamp") or obj.get("eventTime") or obj.get("metadata", {}).get("creationTimestamp")
@@ -359,13 +370,7 @@ BUILTINS: tuple[ResourceDef, ...] = (
         "Event",
         short_names=("ev",),
         storage="events",
-        columns=(
-            Column("Last Seen", "string", _event_last_seen, "Time since the last occurrence"),
-            Column("Type", "string", _path_cell(".type", "string"), "Normal or Warning"),
-            Column("Reason", "string", _path_cell(".reason", "string"), "Short reason"),
-            Column("Object", "string", _event_object, "The object this event is about"),
-            Column("Message", "string", _path_cell(".message", "string"), "What happened"),
-        ),
+        columns=_event_columns(".message"),
     ),
     ResourceDef(
         "events.k8s.io",
@@ -375,13 +380,7 @@ BUILTINS: tuple[ResourceDef, ...] = (
         "Event",
         short_names=("ev",),
         storage="events",
-        columns=(
-            Column("Last Seen", "string", _event_last_seen, "Time since the last occurrence"),
-            Column("Type", "string", _path_cell(".type", "string"), "Normal or Warning"),
-            Column("Reason", "string", _path_cell(".reason", "string"), "Short reason"),
-            Column("Object", "string", _event_object, "The object this event is about"),
-            Column("Message", "string", _path_cell(".note", "string"), "What happened"),
-        ),
+        columns=_event_columns(".note"),  # events.k8s.io/v1 calls the message "note"
     ),
     ResourceDef(
         "apps",
