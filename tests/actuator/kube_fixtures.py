@@ -12,26 +12,12 @@ from kubernetes_asyncio.client import ApiClient
 from gpuscale.kube import new_api_client, request_json
 from gpuscale_kubesim import KubeSim
 
+from ..k8s_objects import gpu_workload
+
 
 def workload(kind: str, name: str, replicas: int, namespace: str = "default") -> dict[str, Any]:
     """A minimal apps/v1 Deployment or StatefulSet."""
-    labels = {"app": name}
-    spec: dict[str, Any] = {
-        "replicas": replicas,
-        "selector": {"matchLabels": labels},
-        "template": {
-            "metadata": {"labels": labels},
-            "spec": {"containers": [{"name": "server", "image": "example.com/bert:1"}]},
-        },
-    }
-    if kind == "StatefulSet":
-        spec["serviceName"] = name
-    return {
-        "apiVersion": "apps/v1",
-        "kind": kind,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
+    return gpu_workload(name, replicas, kind=kind, namespace=namespace, gpus=None)
 
 
 @asynccontextmanager

@@ -13,6 +13,8 @@ import pytest
 from gpuscale.wire import WorkloadRef
 from gpuscale_collector.kube_pods import NodePods
 
+from ..k8s_objects import gpu_workload
+
 pytestmark = pytest.mark.integration
 
 NODE = "gpu-node-1"
@@ -31,30 +33,11 @@ def template(app: str, node: str = NODE) -> dict[str, Any]:
 
 
 def deployment(name: str, replicas: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": template(name),
-        },
-    }
+    return gpu_workload(name, replicas, node=NODE)
 
 
 def statefulset(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": 1,
-            "serviceName": name,
-            "selector": {"matchLabels": {"app": name}},
-            "template": template(name),
-        },
-    }
+    return gpu_workload(name, kind="StatefulSet", node=NODE)
 
 
 def bare_pod(name: str, node: str = NODE) -> dict[str, Any]:

@@ -21,6 +21,9 @@ from gpuscale_decider.app import serve
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.settings import DeciderSettings
 
+from ..k8s_objects import gpu_workload
+from ..k8s_objects import gpuscaler as shared_gpuscaler
+
 
 def settings_for(nats_url: str, kubeconfig: str | Path, **overrides: Any) -> DeciderSettings:
     base = DeciderSettings(
@@ -46,20 +49,16 @@ def gpuscaler(
     behavior: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
-        "minReplicas": min_replicas,
-        "maxReplicas": max_replicas,
-        "metrics": [{"name": "gpu_util", "target": 70}],
-        "behavior": behavior if behavior is not None else {"scaleDown": {"stabilizationWindowSeconds": 0}},
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "gpuscale.io/v1alpha1",
-        "kind": "GPUScaler",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": body,
-    }
+    """The shared GPUScaler, with no scale-down stabilization unless a test asks."""
+    return shared_gpuscaler(
+        name,
+        target,
+        namespace=namespace,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        behavior=behavior if behavior is not None else {"scaleDown": {"stabilizationWindowSeconds": 0}},
+        **spec,
+    )
 
 
 def write_policies(path: Path, *docs: Any) -> Path:
@@ -175,17 +174,4 @@ async def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, what
 
 
 def deployment(name: str, replicas: int, namespace: str = "default") -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "server", "image": "example.com/bert:1"}]},
-            },
-        },
-    }
+    return gpu_workload(name, replicas, namespace=namespace, gpus=None)

@@ -29,6 +29,7 @@ from gpuscale.kube import new_api_client
 from gpuscale_cli.demo.processes import ProcessGroup
 from gpuscale_kubesim import KubeSim
 
+from ..k8s_objects import gpu_workload, gpuscaler
 from .deploy_support import DEPLOY, NATS_AUTH_CONF, Obj, find, of_kind, render
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -40,35 +41,14 @@ WINDOW_S = 3
 NODES = ("gpu-node-1", "gpu-node-2")
 
 SCENARIO = [
-    {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app": NAME}},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": NAME}},
-            "template": {
-                "metadata": {"labels": {"app": NAME}},
-                "spec": {
-                    "containers": [
-                        {"name": "server", "image": "bert:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-                    ]
-                },
-            },
-        },
-    },
-    {
-        "apiVersion": "gpuscale.io/v1alpha1",
-        "kind": "GPUScaler",
-        "metadata": {"name": NAME, "namespace": NAMESPACE},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
-            "minReplicas": 1,
-            "maxReplicas": 4,
-            "metrics": [{"name": "gpu_util", "target": 60}],
-            "window": f"{WINDOW_S}s",
-        },
-    },
+    gpu_workload(NAME, namespace=NAMESPACE, image="bert:1"),
+    gpuscaler(
+        NAME,
+        namespace=NAMESPACE,
+        max_replicas=4,
+        metrics=[{"name": "gpu_util", "target": 60}],
+        window=f"{WINDOW_S}s",
+    ),
 ]
 
 

@@ -28,6 +28,7 @@ from gpuscale.natsio import connect, drain
 from gpuscale_cli.demo.processes import ProcessGroup
 
 from ..contract import message_name_for_subject, validate_payload
+from ..k8s_objects import gpu_workload, gpuscaler
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,41 +36,16 @@ NAMESPACE, NAME = "default", "llm-chat"
 WINDOW_S = 4
 
 SCENARIO = [
-    {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app": NAME}},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": NAME}},
-            "template": {
-                "metadata": {"labels": {"app": NAME}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "server",
-                            "image": "vllm/vllm-openai:latest",
-                            "resources": {"limits": {"nvidia.com/gpu": 1}},
-                        }
-                    ]
-                },
-            },
-        },
-    },
-    {
-        "apiVersion": "gpuscale.io/v1alpha1",
-        "kind": "GPUScaler",
-        "metadata": {"name": NAME, "namespace": NAMESPACE},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
-            "minReplicas": 1,
-            "maxReplicas": 6,
-            "metrics": [{"name": "gpu_util", "target": 60}],
-            "window": f"{WINDOW_S}s",
-            "tolerance": 0.1,
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 6}},
-        },
-    },
+    gpu_workload(NAME, namespace=NAMESPACE, image="vllm/vllm-openai:latest"),
+    gpuscaler(
+        NAME,
+        namespace=NAMESPACE,
+        max_replicas=6,
+        metrics=[{"name": "gpu_util", "target": 60}],
+        window=f"{WINDOW_S}s",
+        tolerance=0.1,
+        behavior={"scaleDown": {"stabilizationWindowSeconds": 6}},
+    ),
 ]
 
 

@@ -11,25 +11,15 @@ import pytest
 
 from gpuscale_kubesim import KubeSim
 
+from ..k8s_objects import gpu_workload
+
 pytestmark = pytest.mark.integration
 
 NS = "default"
 
 
 def deployment(name: str, replicas: int = 1, gpus: int | None = 1) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "server", "image": "triton"}
-    if gpus is not None:
-        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}},
-        },
-    }
+    return gpu_workload(name, replicas, namespace=NS, gpus=gpus, image="triton")
 
 
 async def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:

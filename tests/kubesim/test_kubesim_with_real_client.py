@@ -13,47 +13,15 @@ from kubernetes_asyncio.client import ApiClient, ApiException, Configuration
 from gpuscale.kube import new_api_client
 from gpuscale_kubesim import KubeSim
 
+from ..k8s_objects import gpu_workload, gpuscaler
+
 pytestmark = pytest.mark.integration
 
 NS = "default"
 
 
 def deployment(name: str, replicas: int = 1, gpus: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NS, "labels": {"app": name}},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "server",
-                            "image": "triton",
-                            "resources": {"limits": {"nvidia.com/gpu": gpus}},
-                        }
-                    ]
-                },
-            },
-        },
-    }
-
-
-def gpuscaler(name: str, target: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "gpuscale.io/v1alpha1",
-        "kind": "GPUScaler",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
-            "minReplicas": 1,
-            "maxReplicas": 10,
-            "metrics": [{"name": "gpu_util", "target": 70}],
-        },
-    }
+    return gpu_workload(name, replicas, namespace=NS, gpus=gpus, image="triton")
 
 
 @pytest.fixture

@@ -1,0 +1,68 @@
+"""Kubernetes objects the tests create in kube-sim: one builder each, shared by every suite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def gpu_workload(
+    name: str,
+    replicas: int = 1,
+    *,
+    kind: str = "Deployment",
+    namespace: str = "default",
+    gpus: int | None = 1,
+    node: str | None = None,
+    image: str = "example.com/model:1",
+) -> dict[str, Any]:
+    """An apps/v1 Deployment or StatefulSet whose pods are labelled ``app=<name>``.
+
+    ``gpus``: the ``nvidia.com/gpu`` limit (None: no limit; kube-sim then gives one GPU).
+    ``node``: pin the pods to a node, as a test of one node's collector needs.
+    """
+    labels = {"app": name}
+    container: dict[str, Any] = {"name": "server", "image": image}
+    if gpus is not None:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    pod_spec: dict[str, Any] = {"containers": [container]}
+    if node is not None:
+        pod_spec["nodeName"] = node
+    spec: dict[str, Any] = {
+        "replicas": replicas,
+        "selector": {"matchLabels": labels},
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+def gpuscaler(
+    name: str,
+    target: str | None = None,
+    *,
+    namespace: str = "default",
+    min_replicas: int = 1,
+    max_replicas: int = 10,
+    metrics: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A GPUScaler on the Deployment ``target`` (default: the same name); ``spec`` adds fields."""
+    body: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target or name},
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
+        "metrics": metrics if metrics is not None else [{"name": "gpu_util", "target": 70}],
+        **spec,
+    }
+    return {
+        "apiVersion": "gpuscale.io/v1alpha1",
+        "kind": "GPUScaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body,
+    }
