@@ -16,7 +16,7 @@ import yaml
 from gpuscale import codec, subjects
 from gpuscale.natsio import NATS
 from gpuscale.runtime import ServiceContext, run_async
-from gpuscale.wire import Decision, PodMetrics, WorkloadMetrics
+from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.app import serve
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.settings import DeciderSettings
@@ -76,8 +76,8 @@ def metrics_message(
         name=name,
         ts=ts,
         window_s=30.0,
-        pods=tuple(PodMetrics(f"{name}-{i}", {"gpu_util": util}, ts) for i in range(fresh)),
-        averages={"gpu_util": util},
+        pods=tuple(PodMetrics(f"{name}-{i}", MetricValues(gpu_util=util), ts) for i in range(fresh)),
+        averages=MetricValues(gpu_util=util),
         pods_fresh=fresh,
         pods_stale=0,
     )

@@ -8,7 +8,7 @@ from typing import Any
 from gpuscale import codec, subjects
 from gpuscale.kube import NotFound, ScaleTargetRef
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.wire import Decision, PodMetrics, WorkloadMetrics
+from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.core.policy import GPUScaler, parse_gpuscaler
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.policies import parse_documents
@@ -52,8 +52,8 @@ def message(util: float, fresh: int, ts: float = NOW) -> tuple[str, bytes]:
         "bert",
         ts,
         30.0,
-        tuple(PodMetrics(f"bert-{i}", {"gpu_util": util}, ts) for i in range(fresh)),
-        {"gpu_util": util},
+        tuple(PodMetrics(f"bert-{i}", MetricValues(gpu_util=util), ts) for i in range(fresh)),
+        MetricValues(gpu_util=util),
         fresh,
         0,
     )

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from gpuscale.codec import decode
+from gpuscale.codec import Reader
 from gpuscale.kube import KubeError, ScaleTargetRef
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
@@ -237,6 +237,10 @@ class Decider:
         self._subject_keys: dict[str, WorkloadKey] = {}
         self._sending: set[asyncio.Task[None]] = set()
         self._messages_in = metrics.messages_in.labels(kind="metrics")
+        # Fields and metric names a newer aggregator sends are skipped, counted
+        # once per name and logged once; a metric a policy asks for that a
+        # message lacks is missing data (no fresh value), not a rejection.
+        self._reader = Reader(WorkloadMetrics, on_unknown=metrics.unknown_field)
         self.log = get_logger(component="decider")
 
     # --- policies ----------------------------------------------------------------
@@ -384,7 +388,7 @@ class Decider:
         now = self.clock()
         self._messages_in.inc()
         try:
-            m = decode(data, WorkloadMetrics, now)
+            m = self._reader.decode(data, now)
             key = WorkloadKey(m.namespace, m.kind, m.name)
             if self._subject_key(subject) != key:
                 raise WireError("subject_mismatch", f"payload names {key}, subject {subject}")
@@ -404,8 +408,9 @@ class Decider:
             self.m.unmatched.inc()
             return
         if w.observation is None or m.ts >= w.observation.ts:
-            w.observation = Observation(m.ts, m.averages, m.pods_fresh)
-            w.averages = m.averages
+            averages = m.averages.to_dict()
+            w.observation = Observation(m.ts, averages, m.pods_fresh)
+            w.averages = averages
             w.pods_stale = m.pods_stale
         await self.evaluate(w, now)
         self.m.evaluation_seconds.observe(time.perf_counter() - started)
