@@ -40,26 +40,35 @@ Semantics of the window (the table tests pin each one down):
 
 Shape of the state (memory is what bounds a fleet, so it is packed): each pod
 has a number, and a ring of ``slots`` buckets (enough for every bucket a window
-can touch) in a few flat arrays shared by all pods: the newest sample time per
-bucket, the sum and the count per bucket and metric, the running totals over
-the ring. A sample costs a few array updates, a publish one division per pod
-and metric; nothing is allocated per sample and nothing in the window is an
-object the garbage collector walks. A pod's number and ring are reused once its
-newest sample has left the window.
+can touch) in flat buffers shared by all pods: per bucket the newest sample
+time (a double) and one 30-byte record of six sums (float32: sample values
+keep 7 significant digits) and six counts (a byte each; a bucket stops taking
+a pod's samples at 255, far above 8 GPUs at 10 Hz); per pod the running totals
+of its *closed* buckets (doubles) and which bucket is *open* (the newest).
+Samples of the open bucket (a pod on several GPUs, a burst) only add to its
+record; when a newer bucket opens, the old one is folded into the totals; a
+publish adds the open record to the totals and divides. Totals add and
+subtract exactly the stored float32 values, so they do not drift. Nothing is
+allocated per sample and nothing in the window is an object the garbage
+collector walks. A pod's number and ring are reused once its newest sample has
+left the window.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from operator import add
+from typing import Any, Final
 
 from gpuscale.wire import (
     HEALTH_OK,
     METRIC_NAMES,
+    NO_METRICS,
     UNSET,
     MetricValues,
     PodMetrics,
@@ -68,19 +77,18 @@ from gpuscale.wire import (
 )
 
 N_METRICS: Final = len(METRIC_NAMES)
-# Index of each metric in the sums/counts of a bucket.
+# Index of each metric in the sums/counts of a bucket and in a pod's totals.
 GPU_UTIL, SM_ACTIVE, SM_UTIL, MEM_RATIO, MEM_MIB, POWER_W = range(N_METRICS)
 _PERCENT: Final = frozenset(("gpu_util", "sm_active", "sm_util", "gpu_mem_used_ratio"))
-# Upper bound per metric (running sums may leave 100.0000000001 behind; the
-# contract rejects values out of range: published values are pinned).
+# Upper bound per metric: sums may leave 100.0000001 behind, and the contract
+# rejects values out of range, so published values are pinned.
 _CAPS: Final = tuple(100.0 if name in _PERCENT else sys.float_info.max for name in METRIC_NAMES)
-# After this many evictions a pod's running totals are recomputed from its
-# buckets, so floating-point drift from add/subtract cannot accumulate.
-_RESUM_EVERY: Final = 512
-# Samples per metric in one bucket of one pod: 65,535 (8 GPUs at 10 Hz is 80).
-_COUNT_TYPE: Final = "H"
-_COUNT_MAX: Final = 65_535
+# One bucket of one pod: six float32 sums, six uint8 counts.
+_RECORD: Final = struct.Struct(f"<{N_METRICS}f{N_METRICS}B")
+_EMPTY_RECORD: Final = (0.0,) * N_METRICS + (0,) * N_METRICS
+_COUNT_MAX: Final = 255
 _EMPTY: Final = 0.0  # a bucket's newest sample time when it holds nothing
+_TOTALS: Final = 2 * N_METRICS  # per pod: sums then counts over the ring
 
 # A pod inside its workload: (namespace, workload kind, workload name, pod).
 PodKey = tuple[str, str, str, str]
@@ -119,20 +127,17 @@ class WindowStore:
         self._names: dict[str, str] = {}  # one copy of each namespace/kind/name string
         # Per pod × slot:
         self._ts = array("d")  # newest sample time in the bucket; _EMPTY: nothing
-        # Per pod × slot × metric:
-        self._sums = array("d")
-        self._counts = array(_COUNT_TYPE)
+        self._ring = bytearray()  # _RECORD per bucket
         # Per pod:
-        self._totals = array("d")  # sums then counts over the ring, 2 × N_METRICS
+        self._totals = array("d")  # _TOTALS per pod: the closed buckets' sums and counts
+        self._open = array("q")  # the open (newest) bucket's index, -1: none
+        self._oldest = array("q")  # lowest bucket index that may still be in the ring
         self._last_seen = array("d")
         self._interval = array("d")
-        self._oldest = array("q")  # lowest bucket index that may still be in the ring
-        self._newest = array("q")  # highest bucket index in the ring
-        self._evictions = array("L")
 
     # --- pods ------------------------------------------------------------------
 
-    def _new_pod(self, key: PodKey) -> int:
+    def _new_pod(self, key: PodKey, bucket: int) -> int:
         names = self._names
         if len(names) > 100_000:  # bounded, like every cache fed by senders
             names.clear()
@@ -146,19 +151,16 @@ class WindowStore:
             pid = self._capacity
             self._capacity += 1
             self._ts.extend(array("d", bytes(8 * self.slots)))
-            self._sums.extend(array("d", bytes(8 * self.slots * N_METRICS)))
-            self._counts.extend(array(_COUNT_TYPE, bytes(2 * self.slots * N_METRICS)))
-            self._totals.extend(array("d", bytes(8 * 2 * N_METRICS)))
+            self._ring.extend(bytes(_RECORD.size * self.slots))
+            self._totals.extend(array("d", bytes(8 * _TOTALS)))
+            self._open.append(-1)
+            self._oldest.append(0)
             self._last_seen.append(0.0)
             self._interval.append(1.0)
-            self._oldest.append(0)
-            self._newest.append(0)
-            self._evictions.append(0)
+        self._open[pid] = -1
+        self._oldest[pid] = bucket
         self._last_seen[pid] = 0.0
         self._interval[pid] = 1.0
-        self._oldest[pid] = sys.maxsize
-        self._newest[pid] = -1
-        self._evictions[pid] = 0
         self.pods[key] = pid
         workload = (namespace, kind, name)
         members = self.workloads.get(workload)
@@ -170,19 +172,32 @@ class WindowStore:
     def _free_pod(self, workload: WorkloadTuple, pod: str, pid: int) -> None:
         """Its ring is already empty (every bucket evicted): only the number goes back."""
         self.pods.pop((workload[0], workload[1], workload[2], pod), None)
-        t = pid * 2 * N_METRICS
-        self._totals[t : t + 2 * N_METRICS] = array("d", bytes(8 * 2 * N_METRICS))
+        t = pid * _TOTALS
+        self._totals[t : t + _TOTALS] = array("d", bytes(8 * _TOTALS))
         self._free.append(pid)
 
     # --- ingest -------------------------------------------------------------------
 
     def add_batch(self, batch: SampleBatch) -> None:
-        """Add one validated batch (the hot path: kept flat on purpose)."""
+        """Add one validated batch: the hot path, kept flat. Per GPU owner one
+        record write: a new open bucket (folding the previous one into the
+        totals) or a merge into the open one; late samples go to :meth:`_add_late`."""
         ts = batch.ts
         bucket = int(ts * self._inv_bucket)
         interval_s = batch.interval_s
+        slots = self.slots
+        position = bucket % slots
         pods = self.pods
-        add = self._add
+        slot_ts = self._ts
+        ring = self._ring
+        opened = self._open
+        totals = self._totals
+        per_pod = _TOTALS
+        last_seen = self._last_seen
+        intervals = self._interval
+        pack_into = _RECORD.pack_into
+        unpack_from = _RECORD.unpack_from
+        size = _RECORD.size
         for g in batch.gpus:
             util = g.util
             owners = g.owners
@@ -200,7 +215,8 @@ class WindowStore:
                 key = (o.namespace, w.kind, w.name, o.pod)
                 pid = pods.get(key)
                 if pid is None:
-                    pid = self._new_pod(key)
+                    pid = self._new_pod(key, bucket)
+                sm_util = o.sm_util
                 mem = o.fb_used_mib
                 if mem is None:
                     mem = fb_used
@@ -209,91 +225,127 @@ class WindowStore:
                     ratio = mem * 100.0 / framebuffer
                     if ratio > 100.0:
                         ratio = 100.0
-                add(pid, bucket, ts, interval_s, util, sm_active, o.sm_util, ratio, mem, power)
-
-    def _add(
-        self,
-        pid: int,
-        bucket: int,
-        ts: float,
-        interval_s: float,
-        util: float,
-        sm_active: float | None,
-        sm_util: float | None,
-        ratio: float | None,
-        mem: float | None,
-        power: float | None,
-    ) -> None:
-        """One (GPU, owner) sample into the pod's bucket."""
-        slot = pid * self.slots + bucket % self.slots
-        slot_ts = self._ts
-        held = slot_ts[slot]
-        if held != _EMPTY:
-            held_bucket = int(held * self._inv_bucket)
-            if held_bucket > bucket:
-                # The slot already holds a bucket a whole ring newer: this sample
-                # is older than the window at that bucket's time. It can only come
-                # from a sender whose clock went back by more than a window.
-                return
-            if held_bucket < bucket:
-                self._evict_slot(pid, slot)
-                held = _EMPTY
-        sums = self._sums
-        counts = self._counts
-        totals = self._totals
-        m = slot * N_METRICS
-        t = pid * 2 * N_METRICS
-        c = t + N_METRICS
-        if held == _EMPTY:
-            slot_ts[slot] = ts
-            sums[m] = util
-            counts[m] = 1
-            for i, v in ((1, sm_active), (2, sm_util), (3, ratio), (4, mem), (5, power)):
-                if v is None:
-                    sums[m + i] = 0.0
-                    counts[m + i] = 0
+                current = opened[pid]
+                slot = pid * slots + position
+                if bucket == current:
+                    # The open bucket again (a pod on several GPUs, a burst): add to its record.
+                    off = slot * size
+                    old = unpack_from(ring, off)
+                    if old[6] < _COUNT_MAX:  # a bucket this full is a flood: keep its mean
+                        pack_into(
+                            ring,
+                            off,
+                            old[0] + util,
+                            old[1] + (sm_active or 0.0),
+                            old[2] + (sm_util or 0.0),
+                            old[3] + (ratio or 0.0),
+                            old[4] + (mem or 0.0),
+                            old[5] + (power or 0.0),
+                            old[6] + 1,
+                            old[7] + (sm_active is not None),
+                            old[8] + (sm_util is not None),
+                            old[9] + (ratio is not None),
+                            old[10] + (mem is not None),
+                            old[11] + (power is not None),
+                        )
+                        if ts > slot_ts[slot]:
+                            slot_ts[slot] = ts
+                elif bucket > current:
+                    # A newer bucket opens: the open one joins the totals; the slot's
+                    # previous occupant (a bucket a ring older) leaves them.
+                    if current >= 0:  # (_fold, inlined: this runs once per pod per bucket)
+                        closing = pid * slots + current % slots
+                        if slot_ts[closing] != _EMPTY:
+                            v = unpack_from(ring, closing * size)
+                            t = pid * per_pod
+                            totals[t] += v[0]
+                            totals[t + 1] += v[1]
+                            totals[t + 2] += v[2]
+                            totals[t + 3] += v[3]
+                            totals[t + 4] += v[4]
+                            totals[t + 5] += v[5]
+                            totals[t + 6] += v[6]
+                            totals[t + 7] += v[7]
+                            totals[t + 8] += v[8]
+                            totals[t + 9] += v[9]
+                            totals[t + 10] += v[10]
+                            totals[t + 11] += v[11]
+                    if slot_ts[slot] != _EMPTY:
+                        self._evict_slot(pid, slot)
+                    pack_into(
+                        ring,
+                        slot * size,
+                        util,
+                        sm_active or 0.0,
+                        sm_util or 0.0,
+                        ratio or 0.0,
+                        mem or 0.0,
+                        power or 0.0,
+                        1,
+                        sm_active is not None,
+                        sm_util is not None,
+                        ratio is not None,
+                        mem is not None,
+                        power is not None,
+                    )
+                    slot_ts[slot] = ts
+                    opened[pid] = bucket
                 else:
-                    sums[m + i] = v
-                    counts[m + i] = 1
-                    totals[t + i] += v
-                    totals[c + i] += 1.0
-            if bucket > self._newest[pid]:
-                self._newest[pid] = bucket
-            if bucket < self._oldest[pid]:
-                self._oldest[pid] = bucket
-        else:
-            if ts > held:
-                slot_ts[slot] = ts
-            if counts[m] == _COUNT_MAX:  # a bucket this full is a flood: keep its mean
-                return
-            sums[m] += util
-            counts[m] += 1
-            for i, v in ((1, sm_active), (2, sm_util), (3, ratio), (4, mem), (5, power)):
-                if v is not None:
-                    sums[m + i] += v
-                    counts[m + i] += 1
-                    totals[t + i] += v
-                    totals[c + i] += 1.0
-        totals[t] += util
-        totals[c] += 1.0
-        if ts >= self._last_seen[pid]:
-            self._last_seen[pid] = ts
-            self._interval[pid] = interval_s
+                    self._add_late(pid, slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power))
+                if ts >= last_seen[pid]:
+                    last_seen[pid] = ts
+                    intervals[pid] = interval_s
 
     def _evict_slot(self, pid: int, slot: int) -> None:
-        """Take one bucket out of the pod's running totals and empty it."""
-        sums = self._sums
-        counts = self._counts
+        """Take one closed bucket out of the pod's totals and empty it."""
+        v = _RECORD.unpack_from(self._ring, slot * _RECORD.size)
         totals = self._totals
-        m = slot * N_METRICS
-        t = pid * 2 * N_METRICS
-        for i in range(N_METRICS):
-            n = counts[m + i]
-            if n:
-                totals[t + i] -= sums[m + i]
-                totals[t + N_METRICS + i] -= n
+        t = pid * _TOTALS
+        totals[t] -= v[0]
+        totals[t + 1] -= v[1]
+        totals[t + 2] -= v[2]
+        totals[t + 3] -= v[3]
+        totals[t + 4] -= v[4]
+        totals[t + 5] -= v[5]
+        totals[t + 6] -= v[6]
+        totals[t + 7] -= v[7]
+        totals[t + 8] -= v[8]
+        totals[t + 9] -= v[9]
+        totals[t + 10] -= v[10]
+        totals[t + 11] -= v[11]
         self._ts[slot] = _EMPTY
-        self._evictions[pid] += 1
+
+    def _add_late(
+        self, pid: int, slot: int, bucket: int, ts: float, values: tuple[float | None, ...]
+    ) -> None:
+        """A sample for a bucket older than the open one (a reordered batch, a
+        collector restart): into its closed bucket, and so into the totals. A
+        slot holding a bucket a whole ring newer means this sample is older than
+        the window at that bucket's time: dropped (only a sender whose clock went
+        back by more than a window sends such)."""
+        held_ts = self._ts[slot]
+        if held_ts != _EMPTY:
+            held = int(held_ts * self._inv_bucket)
+            if held > bucket:
+                return
+            if held < bucket:
+                self._evict_slot(pid, slot)
+        off = slot * _RECORD.size
+        old = _RECORD.unpack_from(self._ring, off) if self._ts[slot] != _EMPTY else _EMPTY_RECORD
+        if old[N_METRICS] >= _COUNT_MAX:
+            return
+        sums = [s + (v or 0.0) for s, v in zip(old[:N_METRICS], values, strict=True)]
+        counts = [c + (v is not None) for c, v in zip(old[N_METRICS:], values, strict=True)]
+        _RECORD.pack_into(self._ring, off, *sums, *counts)
+        new = _RECORD.unpack_from(self._ring, off)
+        t = pid * _TOTALS
+        totals = self._totals
+        for i in range(_TOTALS):
+            totals[t + i] += new[i] - old[i]
+        if ts > self._ts[slot]:
+            self._ts[slot] = ts
+        if bucket < self._oldest[pid]:
+            self._oldest[pid] = bucket
 
     def _evict(self, pid: int, cutoff: float) -> bool:
         """Drop the pod's buckets whose newest sample is at or before ``cutoff``,
@@ -303,8 +355,8 @@ class WindowStore:
         slot_ts = self._ts
         inv = self._inv_bucket
         oldest = self._oldest[pid]
-        newest = self._newest[pid]
-        while oldest <= newest:
+        current = self._open[pid]
+        while oldest < current:
             slot = base + oldest % slots
             held = slot_ts[slot]
             if held != _EMPTY and int(held * inv) == oldest:
@@ -313,25 +365,15 @@ class WindowStore:
                 self._evict_slot(pid, slot)
             oldest += 1
         self._oldest[pid] = oldest
-        if oldest > newest:
-            return False
-        if self._evictions[pid] >= _RESUM_EVERY:
-            self._resum(pid)
-        return True
-
-    def _resum(self, pid: int) -> None:
-        self._evictions[pid] = 0
-        fresh = [0.0] * (2 * N_METRICS)
-        sums = self._sums
-        counts = self._counts
-        for slot in range(pid * self.slots, (pid + 1) * self.slots):
-            if self._ts[slot] != _EMPTY:
-                m = slot * N_METRICS
-                for i in range(N_METRICS):
-                    fresh[i] += sums[m + i]
-                    fresh[N_METRICS + i] += counts[m + i]
-        t = pid * 2 * N_METRICS
-        self._totals[t : t + 2 * N_METRICS] = array("d", fresh)
+        if oldest < current:
+            return True
+        # Only the open bucket may be left; it is not in the totals.
+        slot = base + current % slots
+        if slot_ts[slot] > cutoff:
+            return True
+        slot_ts[slot] = _EMPTY
+        self._open[pid] = -1
+        return False
 
     # --- time passing and reading ----------------------------------------------
 
@@ -363,37 +405,43 @@ class WindowStore:
     def _message(self, workload: WorkloadTuple, members: dict[str, int], now: float) -> WorkloadMetrics:
         stale_after = self.config.stale_intervals
         totals = self._totals
+        ring = self._ring
+        opened = self._open
+        last_seen = self._last_seen
+        intervals = self._interval
+        slots = self.slots
+        size = _RECORD.size
+        unpack_from = _RECORD.unpack_from
         pods_out: list[PodMetrics] = []
-        sums = [0.0] * N_METRICS
-        counts = [0] * N_METRICS
-        fresh = stale = 0
+        fresh_values: list[list[Any]] = []
+        stale = 0
         for pod in sorted(members):
             pid = members[pod]
-            t = pid * 2 * N_METRICS
-            values: list[float | object] = []
-            for i in range(N_METRICS):
-                count = totals[t + N_METRICS + i]
-                if count > 0.5:  # counts are whole numbers held as floats
-                    v = totals[t + i] / count
-                    cap = _CAPS[i]
-                    values.append(0.0 if v < 0.0 else (cap if v > cap else v))
-                else:
-                    values.append(UNSET)
-            last_seen = self._last_seen[pid]
-            pods_out.append(PodMetrics(pod, MetricValues(*values), last_seen))  # type: ignore[arg-type]  # UNSET marks an absent metric
-            if now - last_seen > stale_after * self._interval[pid]:
+            t = pid * _TOTALS
+            # The closed buckets' totals plus the open bucket's record.
+            window = list(
+                map(
+                    add,
+                    totals[t : t + _TOTALS],
+                    unpack_from(ring, (pid * slots + opened[pid] % slots) * size),
+                )
+            )
+            values: list[Any] = [
+                (0.0 if (v := total / count) < 0.0 else (cap if v > cap else v)) if count > 0.5 else UNSET
+                for total, count, cap in zip(window[:N_METRICS], window[N_METRICS:], _CAPS, strict=True)
+            ]
+            seen = last_seen[pid]
+            pods_out.append(PodMetrics(pod, MetricValues(*values), seen))
+            if now - seen > stale_after * intervals[pid]:
                 stale += 1
-                continue
-            fresh += 1
-            for i, value in enumerate(values):
-                if value is not UNSET:
-                    sums[i] += value  # type: ignore[operator]  # a float: UNSET is excluded above
-                    counts[i] += 1
-        averages: list[float | object] = []
-        for i in range(N_METRICS):
-            if counts[i]:
-                v = sums[i] / counts[i]
-                averages.append(0.0 if v < 0.0 else (_CAPS[i] if v > _CAPS[i] else v))
+            else:
+                fresh_values.append(values)
+        averages: list[Any] = []
+        for column, cap in zip(zip(*fresh_values, strict=True), _CAPS, strict=True):
+            present = [v for v in column if v is not UNSET]
+            if present:
+                v = sum(present) / len(present)
+                averages.append(0.0 if v < 0.0 else (cap if v > cap else v))
             else:
                 averages.append(UNSET)
         return WorkloadMetrics(
@@ -403,8 +451,8 @@ class WindowStore:
             ts=now,
             window_s=self.config.window_s,
             pods=tuple(pods_out),
-            averages=MetricValues(*averages),  # type: ignore[arg-type]  # UNSET marks an absent metric
-            pods_fresh=fresh,
+            averages=MetricValues(*averages) if fresh_values else NO_METRICS,
+            pods_fresh=len(fresh_values),
             pods_stale=stale,
         )
 
