@@ -68,7 +68,6 @@ from typing import Any, Final
 from gpuscale.wire import (
     HEALTH_OK,
     METRIC_NAMES,
-    NO_METRICS,
     UNSET,
     MetricValues,
     PodMetrics,
@@ -87,6 +86,9 @@ _CAPS: Final = tuple(100.0 if name in _PERCENT else sys.float_info.max for name 
 _RECORD: Final = struct.Struct(f"<{N_METRICS}f{N_METRICS}B")
 _EMPTY_RECORD: Final = (0.0,) * N_METRICS + (0,) * N_METRICS
 _COUNT_MAX: Final = 255
+# The contract bounds MiB and watts only by "finite"; a float32 sum of 255 values
+# must stay finite, so values above this (no GPU has 1e30 MiB or W) are pinned here.
+_HUGE: Final = 1e30
 _EMPTY: Final = 0.0  # a bucket's newest sample time when it holds nothing
 _TOTALS: Final = 2 * N_METRICS  # per pod: sums then counts over the ring
 
@@ -207,6 +209,8 @@ class WindowStore:
             fb_used = g.fb_used_mib
             fb_free = g.fb_free_mib
             power = g.power_w
+            if power is not None and power > _HUGE:
+                power = _HUGE
             framebuffer = fb_used + fb_free if fb_used is not None and fb_free is not None else 0.0
             for o in owners:
                 if o.ready is False:  # loading its model: missing, as HPA counts unready pods
@@ -221,10 +225,13 @@ class WindowStore:
                 if mem is None:
                     mem = fb_used
                 ratio = None
-                if mem is not None and framebuffer > 0.0:
-                    ratio = mem * 100.0 / framebuffer
-                    if ratio > 100.0:
-                        ratio = 100.0
+                if mem is not None:
+                    if mem > _HUGE:
+                        mem = _HUGE
+                    if framebuffer > 0.0:
+                        ratio = mem * 100.0 / framebuffer
+                        if ratio > 100.0:
+                            ratio = 100.0
                 current = opened[pid]
                 slot = pid * slots + position
                 if bucket == current:
@@ -437,7 +444,8 @@ class WindowStore:
             else:
                 fresh_values.append(values)
         averages: list[Any] = []
-        for column, cap in zip(zip(*fresh_values, strict=True), _CAPS, strict=True):
+        columns = zip(*fresh_values, strict=True) if fresh_values else ((),) * N_METRICS
+        for column, cap in zip(columns, _CAPS, strict=True):
             present = [v for v in column if v is not UNSET]
             if present:
                 v = sum(present) / len(present)
@@ -451,7 +459,7 @@ class WindowStore:
             ts=now,
             window_s=self.config.window_s,
             pods=tuple(pods_out),
-            averages=MetricValues(*averages) if fresh_values else NO_METRICS,
+            averages=MetricValues(*averages),
             pods_fresh=len(fresh_values),
             pods_stale=stale,
         )
