@@ -108,8 +108,8 @@ class _Message(_Wire, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
     KIND: ClassVar[str]
 
     def to_wire(self) -> dict[str, Any]:
-        """The payload as a plain map, exactly as it is encoded (tools, tests, docs)."""
-        payload: dict[str, Any] = msgspec.to_builtins(self)
+        """The payload as plain maps and lists, exactly as it is encoded (tools, tests, docs)."""
+        payload: dict[str, Any] = _lists(msgspec.to_builtins(self))
         return payload
 
 
@@ -117,6 +117,15 @@ class OtherVersion(_Wire, frozen=True, gc=False, tag_field="v", tag=0):
     """Never sent. msgspec checks a tag only inside a union: decoding
     ``Message | OtherVersion`` makes ``v`` required and rejects any value but 1
     (a payload with ``v: 0`` decodes to this, and is rejected as another version)."""
+
+
+def _lists(value: Any) -> Any:
+    """Tuples as the lists MessagePack reads them back as."""
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_lists(v) for v in value]
+    return value
 
 
 def _not_ahead(ts: float, now: float, path: str) -> None:
