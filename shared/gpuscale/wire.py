@@ -289,8 +289,10 @@ class WorkloadMetrics(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_V
 
     def check(self, now: float) -> None:
         _not_ahead(self.ts, now, "$.ts")
+        limit = now + MAX_FUTURE_SKEW_S
         for i, p in enumerate(self.pods):
-            _not_ahead(p.last_seen, now, f"$.pods[{i}].last_seen")
+            if p.last_seen > limit:
+                _not_ahead(p.last_seen, now, f"$.pods[{i}].last_seen")
 
 
 # --- decisions and actions ---------------------------------------------------

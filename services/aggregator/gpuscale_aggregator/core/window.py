@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import math
 import struct
-import sys
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -75,13 +74,22 @@ from gpuscale.wire import (
     WorkloadMetrics,
 )
 
-N_METRICS: Final = len(METRIC_NAMES)
+# The metrics the window computes, in the order its hot loops spell them out,
+# percentages first. gpuscale.wire may know more (a metric another component
+# produces): the window leaves those absent until it is taught them.
+WINDOW_METRICS: Final = (
+    "gpu_util",
+    "sm_active",
+    "sm_util",
+    "gpu_mem_used_ratio",
+    "gpu_mem_used_mib",
+    "power_w",
+)
+if METRIC_NAMES[: len(WINDOW_METRICS)] != WINDOW_METRICS:
+    raise ImportError(f"gpuscale.wire's metrics begin {METRIC_NAMES}; the window computes {WINDOW_METRICS}")
+N_METRICS: Final = len(WINDOW_METRICS)
 # Index of each metric in the sums/counts of a bucket and in a pod's totals.
 GPU_UTIL, SM_ACTIVE, SM_UTIL, MEM_RATIO, MEM_MIB, POWER_W = range(N_METRICS)
-_PERCENT: Final = frozenset(("gpu_util", "sm_active", "sm_util", "gpu_mem_used_ratio"))
-# Upper bound per metric: sums may leave 100.0000001 behind, and the contract
-# rejects values out of range, so published values are pinned.
-_CAPS: Final = tuple(100.0 if name in _PERCENT else sys.float_info.max for name in METRIC_NAMES)
 # One bucket of one pod: six float32 sums, six uint8 counts.
 _RECORD: Final = struct.Struct(f"<{N_METRICS}f{N_METRICS}B")
 _EMPTY_RECORD: Final = (0.0,) * N_METRICS + (0,) * N_METRICS
@@ -363,13 +371,32 @@ class WindowStore:
         inv = self._inv_bucket
         oldest = self._oldest[pid]
         current = self._open[pid]
+        ring = self._ring
+        totals = self._totals
+        unpack_from = _RECORD.unpack_from
+        size = _RECORD.size
         while oldest < current:
             slot = base + oldest % slots
             held = slot_ts[slot]
             if held != _EMPTY and int(held * inv) == oldest:
                 if held > cutoff:
                     break
-                self._evict_slot(pid, slot)
+                # (_evict_slot, inlined: every sample leaves through here once)
+                v = unpack_from(ring, slot * size)
+                t = pid * _TOTALS
+                totals[t] -= v[0]
+                totals[t + 1] -= v[1]
+                totals[t + 2] -= v[2]
+                totals[t + 3] -= v[3]
+                totals[t + 4] -= v[4]
+                totals[t + 5] -= v[5]
+                totals[t + 6] -= v[6]
+                totals[t + 7] -= v[7]
+                totals[t + 8] -= v[8]
+                totals[t + 9] -= v[9]
+                totals[t + 10] -= v[10]
+                totals[t + 11] -= v[11]
+                slot_ts[slot] = _EMPTY
             oldest += 1
         self._oldest[pid] = oldest
         if oldest < current:
@@ -410,6 +437,9 @@ class WindowStore:
             yield workload, (self._message(workload, members, now) if build else None)
 
     def _message(self, workload: WorkloadTuple, members: dict[str, int], now: float) -> WorkloadMetrics:
+        """The metrics message: per pod the window means (pinned to the contract's
+        ranges: sums may leave 100.0000001 behind), per workload the mean over
+        fresh pods. Spelled out per metric: this runs for every pod every cycle."""
         stale_after = self.config.stale_intervals
         totals = self._totals
         ring = self._ring
@@ -419,39 +449,56 @@ class WindowStore:
         slots = self.slots
         size = _RECORD.size
         unpack_from = _RECORD.unpack_from
+        unset = UNSET
         pods_out: list[PodMetrics] = []
-        fresh_values: list[list[Any]] = []
-        stale = 0
+        fresh = stale = 0
+        a0 = a1 = a2 = a3 = a4 = a5 = 0.0  # sums of fresh pods' means, and how many
+        n0 = n1 = n2 = n3 = n4 = n5 = 0
         for pod in sorted(members):
             pid = members[pod]
             t = pid * _TOTALS
             # The closed buckets' totals plus the open bucket's record.
-            window = list(
-                map(
-                    add,
-                    totals[t : t + _TOTALS],
-                    unpack_from(ring, (pid * slots + opened[pid] % slots) * size),
-                )
+            s0, s1, s2, s3, s4, s5, c0, c1, c2, c3, c4, c5 = map(
+                add, totals[t : t + _TOTALS], unpack_from(ring, (pid * slots + opened[pid] % slots) * size)
             )
-            values: list[Any] = [
-                (0.0 if (v := total / count) < 0.0 else (cap if v > cap else v)) if count > 0.5 else UNSET
-                for total, count, cap in zip(window[:N_METRICS], window[N_METRICS:], _CAPS, strict=True)
-            ]
+            v0: Any = (0.0 if s0 <= 0.0 else 100.0 if s0 >= 100.0 * c0 else s0 / c0) if c0 > 0.5 else unset
+            v1: Any = (0.0 if s1 <= 0.0 else 100.0 if s1 >= 100.0 * c1 else s1 / c1) if c1 > 0.5 else unset
+            v2: Any = (0.0 if s2 <= 0.0 else 100.0 if s2 >= 100.0 * c2 else s2 / c2) if c2 > 0.5 else unset
+            v3: Any = (0.0 if s3 <= 0.0 else 100.0 if s3 >= 100.0 * c3 else s3 / c3) if c3 > 0.5 else unset
+            v4: Any = (0.0 if s4 <= 0.0 else s4 / c4) if c4 > 0.5 else unset
+            v5: Any = (0.0 if s5 <= 0.0 else s5 / c5) if c5 > 0.5 else unset
             seen = last_seen[pid]
-            pods_out.append(PodMetrics(pod, MetricValues(*values), seen))
+            pods_out.append(PodMetrics(pod, MetricValues(v0, v1, v2, v3, v4, v5), seen))
             if now - seen > stale_after * intervals[pid]:
                 stale += 1
-            else:
-                fresh_values.append(values)
-        averages: list[Any] = []
-        columns = zip(*fresh_values, strict=True) if fresh_values else ((),) * N_METRICS
-        for column, cap in zip(columns, _CAPS, strict=True):
-            present = [v for v in column if v is not UNSET]
-            if present:
-                v = sum(present) / len(present)
-                averages.append(0.0 if v < 0.0 else (cap if v > cap else v))
-            else:
-                averages.append(UNSET)
+                continue
+            fresh += 1
+            if v0 is not unset:
+                a0 += v0
+                n0 += 1
+            if v1 is not unset:
+                a1 += v1
+                n1 += 1
+            if v2 is not unset:
+                a2 += v2
+                n2 += 1
+            if v3 is not unset:
+                a3 += v3
+                n3 += 1
+            if v4 is not unset:
+                a4 += v4
+                n4 += 1
+            if v5 is not unset:
+                a5 += v5
+                n5 += 1
+        averages = MetricValues(
+            min(a0 / n0, 100.0) if n0 else unset,
+            min(a1 / n1, 100.0) if n1 else unset,
+            min(a2 / n2, 100.0) if n2 else unset,
+            min(a3 / n3, 100.0) if n3 else unset,
+            a4 / n4 if n4 else unset,
+            a5 / n5 if n5 else unset,
+        )
         return WorkloadMetrics(
             namespace=workload[0],
             kind=workload[1],
@@ -459,8 +506,8 @@ class WindowStore:
             ts=now,
             window_s=self.config.window_s,
             pods=tuple(pods_out),
-            averages=MetricValues(*averages),
-            pods_fresh=len(fresh_values),
+            averages=averages,
+            pods_fresh=fresh,
             pods_stale=stale,
         )
 
