@@ -612,7 +612,7 @@ def main() -> int:
                 f"| {r['proc_p50'] * 1e3:.3f} / {r['proc_p99'] * 1e3:.3f} "
                 f"| {r['cycle_p50'] * 1e3:.0f} / {r['cycle_max'] * 1e3:.0f} "
                 f"| {r['fresh_p50'] * 1e3:.0f} / {r['fresh_p99'] * 1e3:.0f} "
-                f"| {r['workloads']:.0f} | {r['pods']:.0f} | {r['rss_mib']:.0f} | {r['cpu']:.2f} "
+                f"| {r['workloads']:.0f} | {r['pods']:.0f} | {r['rss_mib']:.1f} | {r['cpu']:.2f} "
                 f"| {r['bare_cpu']:.2f} | {r['bare_cpu'] / max(r['cpu'], 1e-9):.2f} "
                 f"| {nodes / max(r['cpu'], 1e-9):,.0f} |",
                 flush=True,

@@ -56,7 +56,10 @@ async def test_a_decision_from_another_decider_version_is_applied(
             headers=headers_msg_id(payload["id"]),
         )
         action = await actions.wait_for(payload["id"])
-        assert action.outcome == "applied"
+        assert action.outcome in (
+            "applied",
+            "conflict_retried",
+        )  # kube-sim may bump the resourceVersion first
         assert (action.replicas_before, action.replicas_after) == (1, 3)
         assert await replicas_of(kube_sim) == 3
         assert _counted("gpuscale_messages_rejected", actuator) == {}
