@@ -95,7 +95,12 @@ async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
         await publish_metrics(nats_client, metrics_message("bert", 100.0, 3))
         second = await watch.next(2)
         assert (second.from_replicas, second.to_replicas) == (3, 5)
-        assert running.metric("gpuscale_decider_decisions_total", direction="up") == 2
+        # Counted once JetStream acknowledged the publish, which may come after
+        # this subscriber already has the message.
+        await wait_until(
+            lambda: running.metric("gpuscale_decider_decisions_total", direction="up") == 2,
+            what="the second decision counted",
+        )
     await raw_sub.unsubscribe()
 
 
