@@ -251,3 +251,24 @@ def test_near_miss_payloads_decode_or_are_rejected(case: tuple[dict[str, Any], A
         if isinstance(value, float):
             assert math.isfinite(value)
     assert decode(encode(parsed), cls, NOW) == parsed
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    case=st.one_of(
+        _mutations(batch()).map(lambda p: (p, SampleBatch)),
+        _mutations(metrics()).map(lambda p: (p, WorkloadMetrics)),
+        _mutations(decision()).map(lambda p: (p, Decision)),
+        _mutations(action()).map(lambda p: (p, Action)),
+    ),
+    extra=st.dictionaries(st.text(max_size=8), msgpack_values, max_size=3),
+)
+def test_a_reader_looking_for_unknown_names_never_raises_anything_else(
+    case: tuple[dict[str, Any], Any], extra: dict[str, Any]
+) -> None:
+    payload, cls = case
+    seen: list[str] = []
+    reader = Reader(cls, on_unknown=lambda _kind, field: seen.append(field), look_first=10)
+    with contextlib.suppress(WireError):
+        reader.read(encode_raw({**extra, **payload}), NOW)
+    assert all(isinstance(name, str) and len(name) <= 100 for name in seen)
