@@ -100,8 +100,6 @@ _HUGE: Final = 1e30
 _EMPTY: Final = 0.0  # a bucket's newest sample time when it holds nothing
 _TOTALS: Final = 2 * N_METRICS  # per pod: sums then counts over the ring
 
-# A pod inside its workload: (namespace, workload kind, workload name, pod).
-PodKey = tuple[str, str, str, str]
 # (namespace, workload kind, workload name)
 WorkloadTuple = tuple[str, str, str]
 
@@ -130,11 +128,12 @@ class WindowStore:
         self._inv_bucket = 1.0 / self.config.bucket_s
         # A window (now - w, now] touches at most ceil(w / b) + 1 buckets.
         self.slots = math.ceil(self.config.window_s / self.config.bucket_s) + 1
-        self.pods: dict[PodKey, int] = {}
+        # workload -> pod -> the pod's number (no flat map of pods: memory is the
+        # budget, and a second lookup per GPU owner costs less than its keys).
         self.workloads: dict[WorkloadTuple, dict[str, int]] = {}
+        self._pod_count = 0
         self._free: list[int] = []
         self._capacity = 0
-        self._names: dict[str, str] = {}  # one copy of each namespace/kind/name string
         # Per pod × slot:
         self._ts = array("d")  # newest sample time in the bucket; _EMPTY: nothing
         self._ring = bytearray()  # _RECORD per bucket
@@ -147,14 +146,7 @@ class WindowStore:
 
     # --- pods ------------------------------------------------------------------
 
-    def _new_pod(self, key: PodKey, bucket: int) -> int:
-        names = self._names
-        if len(names) > 100_000:  # bounded, like every cache fed by senders
-            names.clear()
-        namespace = names.setdefault(key[0], key[0])
-        kind = names.setdefault(key[1], key[1])
-        name = names.setdefault(key[2], key[2])
-        key = (namespace, kind, name, key[3])
+    def _new_pod(self, workload: WorkloadTuple, pod: str, bucket: int) -> int:
         if self._free:
             pid = self._free.pop()
         else:
@@ -171,17 +163,16 @@ class WindowStore:
         self._oldest[pid] = bucket
         self._last_seen[pid] = 0.0
         self._interval[pid] = 1.0
-        self.pods[key] = pid
-        workload = (namespace, kind, name)
         members = self.workloads.get(workload)
         if members is None:
             members = self.workloads[workload] = {}
-        members[key[3]] = pid
+        members[pod] = pid
+        self._pod_count += 1
         return pid
 
     def _free_pod(self, workload: WorkloadTuple, pod: str, pid: int) -> None:
         """Its ring is already empty (every bucket evicted): only the number goes back."""
-        self.pods.pop((workload[0], workload[1], workload[2], pod), None)
+        self._pod_count -= 1
         t = pid * _TOTALS
         self._totals[t : t + _TOTALS] = array("d", bytes(8 * _TOTALS))
         self._free.append(pid)
@@ -197,7 +188,7 @@ class WindowStore:
         interval_s = batch.interval_s
         slots = self.slots
         position = bucket % slots
-        pods = self.pods
+        workloads = self.workloads
         slot_ts = self._ts
         ring = self._ring
         opened = self._open
@@ -224,10 +215,11 @@ class WindowStore:
                 if o.ready is False:  # loading its model: missing, as HPA counts unready pods
                     continue
                 w = o.workload
-                key = (o.namespace, w.kind, w.name, o.pod)
-                pid = pods.get(key)
+                workload = (o.namespace, w.kind, w.name)
+                members = workloads.get(workload)
+                pid = None if members is None else members.get(o.pod)
                 if pid is None:
-                    pid = self._new_pod(key, bucket)
+                    pid = self._new_pod(workload, o.pod, bucket)
                 sm_util = o.sm_util
                 mem = o.fb_used_mib
                 if mem is None:
@@ -519,14 +511,15 @@ class WindowStore:
 
     @property
     def pod_count(self) -> int:
-        return len(self.pods)
+        return self._pod_count
 
     @property
     def bucket_count(self) -> int:
         """Buckets holding samples (walks every ring: tests and tools)."""
         return sum(
             1
-            for pid in self.pods.values()
+            for members in self.workloads.values()
+            for pid in members.values()
             for slot in range(pid * self.slots, (pid + 1) * self.slots)
             if self._ts[slot] != _EMPTY
         )
