@@ -40,8 +40,6 @@ from gpuscale_decider.settings import DeciderSettings
 from gpuscale_decider.sources import KubeReplicaSource, KvStateStore
 
 SERVICE = "decider"
-# Decisions are kept a day for audit (the actuator's ensure_decisions_stream
-# creates the stream the same way when it starts first).
 
 
 def main(settings: DeciderSettings) -> int:
