@@ -19,13 +19,13 @@ from gpuscale_actuator.app import Hooks
 from gpuscale_actuator.core.plan import LAST_DECISION_ANNOTATION
 from gpuscale_kubesim import KubeSim
 
+from ..waiting import eventually, holds_for
 from .actuator_harness import (
     decision,
     publish,
     publish_raw,
     running_actuator,
     settings_for,
-    wait_until,
     watch_actions,
 )
 from .kube_fixtures import (
@@ -66,7 +66,7 @@ async def test_applies_a_decision_records_an_event_and_publishes_the_outcome(
             obj = await request_json(api, "GET", deployment_path("bert"))
             assert obj["spec"]["replicas"] == 3
             assert obj["metadata"]["annotations"][LAST_DECISION_ANNOTATION] == d.id
-            await wait_until(lambda: events_about(api, "bert"), what="an event on the target")
+            await eventually(lambda: events_about(api, "bert"), what="an event on the target")
             (event,) = await events_about(api, "bert")
         assert event["reason"] == "SuccessfulRescale"
         assert event["note"].startswith("New size: 3; reason: gpu_util 83.0 over target 70")
@@ -223,8 +223,12 @@ async def test_invalid_messages_are_rejected_counted_and_not_redelivered(
             for reason in ("undecodable", "wrong_version", "out_of_range", "subject_mismatch")
         }
         assert rejected == {"undecodable": 1, "wrong_version": 1, "out_of_range": 1, "subject_mismatch": 1}
-        await asyncio.sleep(settings.ack_wait + 0.5)  # terminated, so never redelivered
-        assert actuator.metric("gpuscale_actuator_decisions_consumed_total") == 5
+        # Terminated, so never redelivered: a redelivery would come after ack_wait.
+        await holds_for(
+            lambda: actuator.metric("gpuscale_actuator_decisions_consumed_total") == 5,
+            settings.ack_wait + 0.5,
+            what="no redelivery",
+        )
     assert len(actions.for_decision(good.id)) == 1
 
 
@@ -259,7 +263,8 @@ async def test_a_crash_between_patch_and_ack_applies_the_decision_exactly_once(
         async with running_actuator(second) as restarted:
             action = await actions.wait_for(d.id, timeout_s=20)  # redelivered after ack_wait
             assert action.outcome == "applied"
-            assert restarted.metric("gpuscale_actuator_redelivered_applied_total") == 1
+            # Counted after the report is published.
+            await eventually(lambda: restarted.metric("gpuscale_actuator_redelivered_applied_total") == 1)
             assert restarted.metric("gpuscale_actuator_patch_latency_seconds_count") == 0
             # The next decision is made from 3: applying the first one twice would have made it stale.
             nxt = decision(from_=3, to=5)
@@ -279,10 +284,10 @@ async def test_survives_a_nats_outage(
         await publish(nats_client, first)
         assert (await actions.wait_for(first.id)).outcome in SUCCESS
         nats_server.stop()
-        await asyncio.sleep(1.5)  # the fetch loop meets a dead connection for a while
-        assert not actuator.task.done()
+        # The fetch loop meets a dead connection for a while and must not end the service.
+        await holds_for(lambda: not actuator.task.done(), 1.5, what="the actuator running")
         nats_server.start()
-        await wait_until(lambda: nats_client.is_connected, timeout_s=15, what="the test client to reconnect")
+        await eventually(lambda: nats_client.is_connected, timeout_s=15, what="the test client to reconnect")
         second = decision(from_=3, to=4)
         await publish(nats_client, second)
         assert (await actions.wait_for(second.id, timeout_s=20)).outcome in SUCCESS
@@ -296,11 +301,11 @@ async def test_an_api_server_outage_delays_the_decision_but_does_not_lose_it(
     await kube_sim.create(workload("Deployment", "bert", 2))
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
-        await wait_until(lambda: actuator.metric("gpuscale_actuator_leader") == 1, what="leadership")
+        await eventually(lambda: actuator.metric("gpuscale_actuator_leader") == 1, what="leadership")
         kube_sim.faults.add("GET", r"/deployments/bert$", status=503, count=None)
         d = decision(from_=2, to=3)
         await publish(nats_client, d)
-        await wait_until(
+        await eventually(
             lambda: actuator.metric("gpuscale_actuator_kube_retries_total", error="ServerError") >= 2,
             what="retries against the failing API server",
         )
@@ -332,9 +337,10 @@ async def test_custom_resources_scale_through_the_scale_subresource_once_per_dec
         assert (await actions.wait_for(d.id)).outcome in SUCCESS
         # The same decision again (a redelivery; no Nats-Msg-Id, so JetStream keeps it).
         await publish_raw(nats_client, subject, codec.encode(d))
-        await wait_until(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
+        await eventually(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
         assert actions.for_decision(d.id)[1].outcome == "applied"
-        assert actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1
+        # Counted after the report is published.
+        await eventually(lambda: actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1)
     assert scale_patches.hits == 1
     assert kube_sim.get("example.com/v1", "InferencePool", "pool")["spec"]["replicas"] == 2
 
@@ -388,8 +394,9 @@ async def test_with_scale_only_rbac_it_scales_through_scale_and_still_applies_on
             await publish(nats_client, d)
             assert (await actions.wait_for(d.id)).outcome in SUCCESS
             await publish_raw(nats_client, subject, codec.encode(d))  # a redelivery
-            await wait_until(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
+            await eventually(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
             assert actions.for_decision(d.id)[1].outcome == "applied"
-            assert actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1
+            # Counted after the report is published.
+            await eventually(lambda: actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1)
         assert scale_patches.hits == 1
         assert sim.get("apps/v1", "Deployment", "bert")["spec"]["replicas"] == 3

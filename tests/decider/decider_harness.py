@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +23,7 @@ from gpuscale_decider.settings import DeciderSettings
 
 from ..k8s_objects import gpu_workload
 from ..k8s_objects import gpuscaler as shared_gpuscaler
+from ..waiting import eventually, sample_value
 
 
 def settings_for(nats_url: str, kubeconfig: str | Path, **overrides: Any) -> DeciderSettings:
@@ -132,8 +133,7 @@ class RunningDecider:
         return await asyncio.wait_for(self.task, timeout_s)
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.ctx.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        return sample_value(self.ctx.metrics.registry, name, **labels)
 
 
 @asynccontextmanager
@@ -145,32 +145,19 @@ async def running_decider(settings: DeciderSettings) -> AsyncIterator[RunningDec
         await serve(ctx, on_decider=lambda d: holder.setdefault("decider", d))
 
     task = asyncio.create_task(run_async("decider", settings, wrapped, http_port=0))
-    deadline = time.monotonic() + 20
-    while "decider" not in holder:
-        if task.done():
-            raise AssertionError(f"the decider stopped at start: {task.result()}")
-        if time.monotonic() > deadline:
-            raise AssertionError("the decider did not start")
-        await asyncio.sleep(0.02)
+
+    def started() -> bool:
+        if task.done():  # not worth waiting for: say why at once
+            raise RuntimeError(f"the decider stopped at start: {task.result()}")
+        return "decider" in holder
+
+    await eventually(started, 20, "the decider to start")
     running = RunningDecider(task, holder["ctx"], holder["decider"])
     try:
         yield running
     finally:
         if not task.done():
             await running.stop()
-
-
-async def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def deployment(name: str, replicas: int, namespace: str = "default") -> dict[str, Any]:

@@ -28,6 +28,7 @@ from gpuscale.embedded_nats import EmbeddedNats, find_binary
 from gpuscale.natsio import ensure_kv, ensure_stream, headers_msg_id
 from gpuscale_actuator import app as actuator_app
 
+from ..waiting import eventually
 from .deploy_support import NATS_AUTH_CONF, NATS_MAIN_CONF, command_options
 
 pytestmark = pytest.mark.integration
@@ -69,11 +70,11 @@ class Session:
     errors: list[str] = field(default_factory=list)
 
     async def permission_errors(self, count: int, timeout_s: float = 10.0) -> list[str]:
-        async def enough() -> None:
-            while sum("permissions violation" in e for e in self.errors) < count:
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(enough(), timeout_s)
+        await eventually(
+            lambda: sum("permissions violation" in e for e in self.errors) >= count,
+            timeout_s,
+            what=f"{count} permission violations",
+        )
         return [e for e in self.errors if "permissions violation" in e]
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpuscale_kubesim import KubeSim
+
+from ..waiting import eventually
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = [
@@ -72,15 +72,6 @@ def kubectl(kube_sim: KubeSim, tmp_path: Path) -> Kubectl:
 
 def rows(table: str) -> list[list[str]]:
     return [line.split() for line in table.strip().splitlines()]
-
-
-async def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not (result := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.05)
-    return result
 
 
 async def test_create_get_scale_delete_deployment(

@@ -14,6 +14,7 @@ from gpuscale.kube import new_api_client
 from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload, gpuscaler
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -450,13 +451,12 @@ async def test_injected_faults_fail_then_clear(kube_sim: KubeSim, api: ApiClient
 async def _wait_for_pods(
     core: client.CoreV1Api, selector: str, count: int, ready: bool
 ) -> list[client.V1Pod]:
-    pods: list[client.V1Pod] = []
-    for _ in range(100):
-        pods = (await core.list_namespaced_pod(NS, label_selector=selector)).items
-        alive = [p for p in pods if p.metadata.deletion_timestamp is None]
-        if len(alive) == count and (not ready or all(p.status.phase == "Running" for p in alive)):
-            return alive
-        await asyncio.sleep(0.05)
-    raise AssertionError(
-        f"wanted {count} pods (ready={ready}), have {[(p.metadata.name, p.status.phase) for p in pods]}"
-    )
+    async def pods() -> list[client.V1Pod]:
+        listed = (await core.list_namespaced_pod(NS, label_selector=selector)).items
+        alive = [p for p in listed if p.metadata.deletion_timestamp is None]
+        have = [(p.metadata.name, p.status.phase) for p in listed]
+        assert len(alive) == count, f"wanted {count} pods, have {have}"
+        assert not ready or all(p.status.phase == "Running" for p in alive), f"wanted them running: {have}"
+        return alive
+
+    return await eventually(pods, what=f"{count} pods of {selector}")

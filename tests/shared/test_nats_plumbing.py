@@ -21,17 +21,10 @@ from gpuscale.natsio import (
 )
 from gpuscale.wire import SampleBatch
 
+from ..waiting import eventually, holds_for
 from .wire_factories import NOW, batch
 
 pytestmark = pytest.mark.integration
-
-
-async def _eventually(predicate: object, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():  # type: ignore[operator]  # a zero-argument callable
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def test_publish_and_subscribe_a_typed_message(nats_client: NATS) -> None:
@@ -55,24 +48,25 @@ async def test_subscription_survives_a_server_restart_on_the_same_port(nats_serv
 
     await nc.subscribe("t.>", cb=on_msg)
     await nc.publish("t.before", b"1")
-    await _eventually(lambda: got == [b"1"])
+    await eventually(lambda: got == [b"1"])
 
     nats_server.stop()
-    await _eventually(lambda: not nc.is_connected)
+    await eventually(lambda: not nc.is_connected)
     assert is_connected(nc)[0] is False
     nats_server.start()
-    await _eventually(lambda: nc.is_connected, timeout_s=15)
+    await eventually(lambda: nc.is_connected, timeout_s=15)
 
     # A separate publisher proves the server really routes to the old subscription.
     publisher = await connect([nats_server.url], ServiceMetrics("pub"), name="pub")
-    await _eventually(lambda: nc.is_connected)
-    for _ in range(50):  # the re-subscription reaches the server shortly after reconnect
+    await eventually(lambda: nc.is_connected)
+
+    async def routed() -> bool:
+        # The re-subscription reaches the server shortly after the reconnect.
         await publisher.publish("t.after", b"2")
         await publisher.flush()
-        if b"2" in got:
-            break
-        await asyncio.sleep(0.1)
-    assert b"2" in got
+        return b"2" in got
+
+    await eventually(routed, what="a message on the old subscription")
     assert metrics.nats_reconnects._value.get() >= 1
     assert metrics.nats_disconnects._value.get() >= 1
     await drain(publisher)
@@ -84,8 +78,8 @@ async def test_first_connect_waits_for_a_server_that_comes_later(nats_server: Em
     task = asyncio.create_task(
         connect([nats_server.url], ServiceMetrics("late"), name="late", reconnect_wait_s=0.1)
     )
-    await asyncio.sleep(0.5)
-    assert not task.done()
+    # With no server, connect keeps trying: 0.5 s is five reconnect attempts.
+    await holds_for(lambda: not task.done(), 0.5, what="connect still waiting")
     nats_server.start()
     nc = await asyncio.wait_for(task, 15)
     assert nc.is_connected
@@ -98,7 +92,7 @@ async def test_connect_gives_up_when_asked_to_stop(nats_server: EmbeddedNats) ->
     task = asyncio.create_task(
         connect([nats_server.url], ServiceMetrics("x"), name="x", reconnect_wait_s=0.1, stop=stop)
     )
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # a few failed attempts first, so stop interrupts a retry loop
     stop.set()
     with pytest.raises(Exception):  # noqa: B017, PT011 - whatever nats-py raised last is re-raised
         await asyncio.wait_for(task, 5)
