@@ -83,11 +83,15 @@ async def connect(
     attempt = 0
     while True:
         try:
+            # One pass over the servers per call: with reconnects allowed,
+            # nats-py's first connect retries forever inside connect() and
+            # never sees ``stop`` (and a cancel can be lost in its wait_for,
+            # hanging a shutdown). This loop retries instead, and reconnects
+            # are switched on once connected.
             await nc.connect(
                 servers=list(servers),
                 name=name,
-                allow_reconnect=True,
-                max_reconnect_attempts=-1,  # forever: a service outlives any NATS outage
+                allow_reconnect=False,
                 reconnect_time_wait=reconnect_wait_s,  # type: ignore[arg-type]  # nats-py accepts float seconds; its hint says int
                 connect_timeout=2,
                 ping_interval=5,
@@ -117,6 +121,8 @@ async def connect(
                 if stop.is_set():
                     raise
             nc = NATS()
+    nc.options["allow_reconnect"] = True
+    nc.options["max_reconnect_attempts"] = -1  # forever: a service outlives any NATS outage
     state["was_connected"] = True
     metrics.nats_connected.set(1)
     log.info("nats_connected", server=str(nc.connected_url.netloc if nc.connected_url else ""))
