@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +20,7 @@ from gpuscale.wire import Decision, PodMetrics, WorkloadMetrics
 from gpuscale_decider.app import serve
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.settings import DeciderSettings
+from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload
 from ..k8s_objects import gpuscaler as shared_gpuscaler
@@ -68,20 +69,48 @@ def write_policies(path: Path, *docs: Any) -> Path:
 
 
 def metrics_message(
-    name: str, util: float, fresh: int, *, ts: float | None = None, namespace: str = "default"
+    name: str,
+    util: float,
+    fresh: int,
+    *,
+    ts: float | None = None,
+    namespace: str = "default",
+    pods: Sequence[str] | None = None,
 ) -> WorkloadMetrics:
+    """What the aggregator would publish for ``fresh`` pods at ``util``: the
+    first ``fresh`` of ``pods`` (real pod names, from :func:`running_pods`),
+    or ``<name>-<i>`` for a decider that does not look at pods."""
     ts = time.time() if ts is None else ts
+    names = list(pods) if pods is not None else [f"{name}-{i}" for i in range(fresh)]
     return WorkloadMetrics(
         namespace=namespace,
         kind="Deployment",
         name=name,
         ts=ts,
         window_s=30.0,
-        pods=tuple(PodMetrics(f"{name}-{i}", {"gpu_util": util}, ts) for i in range(fresh)),
+        pods=tuple(PodMetrics(pod, {"gpu_util": util}, ts) for pod in names[:fresh]),
         averages={"gpu_util": util},
         pods_fresh=fresh,
         pods_stale=0,
     )
+
+
+async def running_pods(sim: KubeSim, name: str, count: int, namespace: str = "default") -> list[str]:
+    """The names of the workload's pods once exactly ``count`` are Running and Ready."""
+
+    def ready() -> list[str] | None:
+        alive = [p for p in sim.pods(namespace, f"app={name}") if not p["metadata"].get("deletionTimestamp")]
+        names = sorted(
+            p["metadata"]["name"]
+            for p in alive
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in p["status"].get("conditions") or ()
+            )
+        )
+        return names if len(alive) == len(names) == count else None
+
+    return await eventually(ready, what=f"{count} ready pods of {name}")
 
 
 async def publish_metrics(nc: NATS, m: WorkloadMetrics) -> None:
@@ -131,6 +160,11 @@ class RunningDecider:
     async def stop(self, timeout_s: float = 15.0) -> int:
         self.ctx.stop.set()
         return await asyncio.wait_for(self.task, timeout_s)
+
+    def pending(self, name: str, namespace: str = "default") -> Any:
+        """The decision waiting for the actuator on Deployment ``name``, if any."""
+        w = self.decider.workloads[subjects.WorkloadKey(namespace, "Deployment", name)]
+        return None if w.memory is None else w.memory.state.pending
 
     def metric(self, name: str, **labels: str) -> float:
         return sample_value(self.ctx.metrics.registry, name, **labels)

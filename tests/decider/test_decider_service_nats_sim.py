@@ -22,6 +22,7 @@ from .decider_harness import (
     metrics_message,
     publish_metrics,
     running_decider,
+    running_pods,
     settings_for,
     watch_decisions,
     write_policies,
@@ -60,7 +61,9 @@ async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
 
     raw_sub = await nats_client.subscribe(subjects.DECISIONS_ALL, cb=on_raw)
     async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         decision = await watch.next(1)
         assert (decision.from_replicas, decision.to_replicas) == (2, 3)
         assert (
@@ -81,7 +84,9 @@ async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
 
         # The actuator has not acted yet: the same load does not re-publish.
         for _ in range(5):
-            await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+            await publish_metrics(
+                nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+            )
         await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") >= 6)
         # All six messages were handled; a decision would be on its way now. 0.5 s
         # is many times a publish's round trip on loopback.
@@ -89,14 +94,10 @@ async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
 
         # The actuator applies it; the decider decides afresh on the new count.
         await scale_to(kube_sim, "bert", 3)
-        await eventually(
-            lambda: (
-                running.decider.workloads[subjects.WorkloadKey("default", "Deployment", "bert")].pending
-                is None
-            ),
-            what="pending decision cleared",
+        await eventually(lambda: running.pending("bert") is None, what="pending decision cleared")
+        await publish_metrics(
+            nats_client, metrics_message("bert", 100.0, 3, pods=await running_pods(kube_sim, "bert", 3))
         )
-        await publish_metrics(nats_client, metrics_message("bert", 100.0, 3))
         second = await watch.next(2)
         assert (second.from_replicas, second.to_replicas) == (3, 5)
         # Counted once its publish is acknowledged, which may come after the subscriber saw it.
@@ -116,7 +117,9 @@ async def test_restart_keeps_the_scale_down_stabilization_window(
     t0 = time.time()
     async with running_decider(settings) as first:
         for _ in range(3):
-            await publish_metrics(nats_client, metrics_message("bert", 70.0, 4))
+            await publish_metrics(
+                nats_client, metrics_message("bert", 70.0, 4, pods=await running_pods(kube_sim, "bert", 4))
+            )
         await eventually(
             lambda: first.metric("gpuscale_decider_evaluations_total") >= 3, what="3 evaluations"
         )
@@ -124,7 +127,12 @@ async def test_restart_keeps_the_scale_down_stabilization_window(
     async with running_decider(settings) as second, watch_decisions(nats_client) as watch:
         second.decider.clock = lambda: time.time() + offset["s"]
         # 250 s later: the load halves, and the window (anchored at t0) holds it.
-        await publish_metrics(nats_client, metrics_message("bert", 35.0, 4, ts=time.time() + offset["s"]))
+        await publish_metrics(
+            nats_client,
+            metrics_message(
+                "bert", 35.0, 4, pods=await running_pods(kube_sim, "bert", 4), ts=time.time() + offset["s"]
+            ),
+        )
         await eventually(lambda: second.metric("gpuscale_decider_evaluations_total") >= 1, what="evaluation")
         evaluation = second.decider.workloads[
             subjects.WorkloadKey("default", "Deployment", "bert")
@@ -135,7 +143,12 @@ async def test_restart_keeps_the_scale_down_stabilization_window(
         # 320 s after decider 1's history (70 s after decider 2 started): released.
         # A decider that forgot would start a fresh window and still hold.
         offset["s"] = t0 + 320.0 - time.time()
-        await publish_metrics(nats_client, metrics_message("bert", 35.0, 4, ts=time.time() + offset["s"]))
+        await publish_metrics(
+            nats_client,
+            metrics_message(
+                "bert", 35.0, 4, pods=await running_pods(kube_sim, "bert", 4), ts=time.time() + offset["s"]
+            ),
+        )
         decision = await watch.next(1)
         assert (decision.from_replicas, decision.to_replicas) == (4, 2)
 
@@ -149,7 +162,7 @@ async def test_malformed_metrics_are_counted_and_never_crash(
     )
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     key = subjects.WorkloadKey("default", "Deployment", "bert")
-    good = metrics_message("bert", 23.0, 1)
+    good = metrics_message("bert", 23.0, 1, pods=await running_pods(kube_sim, "bert", 1))
     async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
         await nats_client.publish(subjects.metrics(key), b"\xc1 not msgpack")
         await nats_client.publish(subjects.metrics(key), codec.encode_raw({"v": 2, "namespace": "default"}))
@@ -194,14 +207,16 @@ async def test_invalid_policies_in_a_file_are_reported_and_the_valid_ones_work(
     )
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
-        fields = {name: err.fields for name, err in running.decider.policy_error_summary()}
+        fields = {name: err.fields for name, err in running.decider.registry.errors()}
         assert "spec.maxReplicas" in fields["default/broken"]
         assert {"spec.metrics[0].name", "spec.metrics[0].target"} <= set(fields["default/worse"])
         assert any("object" in f for f in fields["default/<document 2>"])
         assert running.metric("gpuscale_decider_invalid_policies_total", field="spec.maxReplicas") == 1
         assert running.metric("gpuscale_decider_policies", state="invalid") == 3
         assert running.metric("gpuscale_decider_policies", state="valid") == 1
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         assert (await watch.next(1)).to_replicas == 3
         assert not running.task.done()
 
@@ -255,7 +270,9 @@ async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflic
         assert "spec.maxReplicas" in able["message"]
 
         await eventually(lambda: running.decider.workloads, what="policies listed")
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         decision = await watch.next(1)
         assert (decision.name, decision.to_replicas) == ("bert", 3)
         await eventually(
@@ -265,8 +282,16 @@ async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflic
         assert status["reference"] == "Deployment/bert"
         assert status["desiredReplicas"] == 3
         assert status["currentReplicas"] == 2
-        assert status["lastScaleTime"]
+        # As HPA's: the last time the count was changed, so not before the change is made.
+        assert "lastScaleTime" not in status
         assert conditions_of(scaler("bert"))["ScalingActive"]["reason"] == "ValidMetricFound"
+        await scale_to(kube_sim, "bert", 3)  # the actuator's part
+        await publish_metrics(
+            nats_client, metrics_message("bert", 70.0, 3, pods=await running_pods(kube_sim, "bert", 3))
+        )
+        await eventually(
+            lambda: (scaler("bert").get("status") or {}).get("lastScaleTime"), what="lastScaleTime"
+        )
 
         # Another controller on llama: a condition, and no decision.
         await eventually(
@@ -277,7 +302,9 @@ async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflic
         )
         seen = running.metric("gpuscale_messages_in_total", kind="metrics")
         for _ in range(3):
-            await publish_metrics(nats_client, metrics_message("llama", 95.0, 2))
+            await publish_metrics(
+                nats_client, metrics_message("llama", 95.0, 2, pods=await running_pods(kube_sim, "llama", 2))
+            )
         await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") >= seen + 3)
         # Handled, and a decision would have been published within milliseconds.
         await holds_for(lambda: [d.name for d in watch.decisions] == ["bert"], 1.0, what="no llama decision")
@@ -289,7 +316,9 @@ async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflic
         writes = running.metric("gpuscale_decider_status_writes_total")
         seen = running.metric("gpuscale_messages_in_total", kind="metrics")
         for _ in range(5):
-            await publish_metrics(nats_client, metrics_message("llama", 95.0, 2))
+            await publish_metrics(
+                nats_client, metrics_message("llama", 95.0, 2, pods=await running_pods(kube_sim, "llama", 2))
+            )
         await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") >= seen + 5)
         await holds_for(
             lambda: running.metric("gpuscale_decider_status_writes_total") == writes,
@@ -315,7 +344,7 @@ async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflic
         await eventually(
             lambda: running.decider.workloads[bert].scaler.spec.max_replicas == 3, what="edit seen"
         )
-        await eventually(lambda: not running.decider.invalid, what="delete seen")
+        await eventually(lambda: not running.decider.registry.invalid, what="delete seen")
 
 
 async def test_only_the_leader_publishes(
@@ -336,7 +365,9 @@ async def test_only_the_leader_publishes(
         leader = "decider-a" if a.decider.is_leader() else "decider-b"
         lease = kube_sim.get("coordination.k8s.io/v1", "Lease", "gpuscale-decider")
         assert lease["spec"]["holderIdentity"] == leader
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         await watch.next(1)
         standby = b if leader == "decider-a" else a
         await eventually(lambda: standby.metric("gpuscale_messages_in_total", kind="metrics") >= 1)
@@ -356,7 +387,9 @@ async def test_survives_a_nats_restart_and_an_api_server_failure(
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     async with running_decider(settings) as running:
         kube_sim.faults.add("GET", r"/deployments/bert/scale$", status=503, count=2)
-        await publish_metrics(nats_client, metrics_message("bert", 70.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 70.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         await eventually(
             lambda: running.metric("gpuscale_decider_scale_read_failures_total", status="503") >= 1,
             what="a failed scale read",
@@ -373,7 +406,10 @@ async def test_survives_a_nats_restart_and_an_api_server_failure(
             async def decided() -> bool:
                 # The decider re-subscribes as part of its reconnect: publish until
                 # a message lands on the re-established subscription.
-                await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+                await publish_metrics(
+                    nats_client,
+                    metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2)),
+                )
                 return bool(watch.decisions)
 
             await eventually(decided, what="a decision after the restart")
@@ -394,6 +430,8 @@ async def test_a_broken_policy_file_keeps_the_policies_loaded_before(
             lambda: running.metric("gpuscale_decider_invalid_policies_total", field="file") >= 1,
             what="broken file noticed",
         )
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         assert (await watch.next(1)).to_replicas == 3
         assert not running.task.done()

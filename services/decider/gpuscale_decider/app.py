@@ -1,11 +1,13 @@
 """``gpuscale decider``: the I/O shell around :class:`gpuscale_decider.decider.Decider`.
 
-NATS: subscribes to ``gpuscale.v1.metrics.>``, publishes decisions to the
+NATS: subscribes to ``gpuscale.v1.metrics.>`` and to ``gpuscale.v1.actions.>``
+(the actuator's reports on its decisions), publishes decisions to the
 JetStream stream ``GPUSCALE_DECISIONS`` (``Nats-Msg-Id`` = decision id), keeps
 per-workload state in a KV bucket. Kubernetes: GPUScaler list+watch (or a
-YAML file with ``--policies``), scale subresource reads, status writes, the
-search for HPAs and KEDA ScaledObjects on the same targets, and leader
-election on the Lease ``gpuscale-decider``.
+YAML file with ``--policies``), one watch of the cluster's pods (the pods
+behind each target's selector, as HPA's pod lister), scale subresource
+reads, status writes, the search for HPAs and KEDA ScaledObjects on the same
+targets, and leader election on the Lease ``gpuscale-decider``.
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ from gpuscale.natsio import (
 )
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision
-from gpuscale_decider.decider import Decider, NoStatus, StatusSink
+from gpuscale_decider.core.reconcile import Config
+from gpuscale_decider.decider import Decider
 from gpuscale_decider.kubeio import ConflictFinder, GPUScalerWatcher, StatusWriter
+from gpuscale_decider.pods import PodCache
 from gpuscale_decider.policies import PolicyFileError, load_policy_file
+from gpuscale_decider.registry import NoStatus, StatusSink
 from gpuscale_decider.settings import DeciderSettings
-from gpuscale_decider.sources import KubeReplicaSource, KvStateStore
+from gpuscale_decider.sources import KubeScaleSource, KvStateStore
 
 SERVICE = "decider"
 # Decisions are kept a day for audit (the actuator's ensure_decisions_stream
@@ -95,7 +100,7 @@ class _PolicyFile:
             return
         self.mtime = mtime
         self.failed = None
-        self.decider.set_policies(valid, invalid)
+        self.decider.registry.set_policies(valid, invalid)
         self.decider.log.info("policies_loaded", path=str(self.path), valid=len(valid), invalid=len(invalid))
 
 
@@ -158,21 +163,26 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
             subjects.decisions(key), encode(decision), timeout=5.0, headers=headers_msg_id(decision.id)
         )
 
+    pods = PodCache(api)
     decider = Decider(
         ctx.metrics,
-        KubeReplicaSource(api, s.scale_cache),
+        KubeScaleSource(api, s.scale_cache),
+        pods,
         KvStateStore(kv),
         publish,
         status=status,
         is_leader=is_leader,
-        actuation_timeout_s=s.actuation_timeout,
+        config=Config(actuation_timeout_s=s.actuation_timeout),
         max_metrics_age_s=s.max_metrics_age,
+    )
+    ctx.http.add_readiness(
+        "pods", lambda: (pods.synced.is_set(), "listed" if pods.synced.is_set() else "not listed yet")
     )
     if elector is not None:
 
         def started_leading() -> None:
             decider.on_leadership_change()
-            decider.resubmit_statuses()
+            decider.registry.resubmit()
 
         elector.on_started_leading = started_leading
         elector.on_stopped_leading = decider.on_leadership_change
@@ -187,7 +197,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         policy_file = _PolicyFile(s.policies, decider)
         policy_file.reload_if_changed()
     else:
-        watcher = GPUScalerWatcher(api, decider)
+        watcher = GPUScalerWatcher(api, decider.registry)
         ctx.http.add_readiness(
             "policies",
             lambda: (watcher.synced.is_set(), "listed" if watcher.synced.is_set() else "not listed yet"),
@@ -197,8 +207,9 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         tasks.append(asyncio.create_task(writer.run(ctx.stop)))
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(ctx.stop)))
-    conflicts = ConflictFinder(api, decider.set_conflicts, s.conflict_check_interval)
+    conflicts = ConflictFinder(api, decider.registry.set_conflicts, s.conflict_check_interval)
     tasks.append(asyncio.create_task(conflicts.run(ctx.stop)))
+    tasks.append(asyncio.create_task(pods.run(ctx.stop)))
 
     async def ticker() -> None:
         while not ctx.stop.is_set():
@@ -213,6 +224,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
                 log.warning("tick_failed", error=f"{type(e).__name__}: {e}")
 
     tasks.append(asyncio.create_task(ticker()))
+    actions_sub = await nc.subscribe(subjects.ACTIONS_ALL, cb=decider.on_action)
     sub = await nc.subscribe(subjects.METRICS_ALL, cb=decider.on_message, pending_msgs_limit=200_000)
     with contextlib.suppress(Exception):
         await nc.flush(timeout=2)  # the server knows the subscription before we say we are running
@@ -229,6 +241,8 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await actions_sub.unsubscribe()
         # Finish publishing and save state before NATS goes, then stop the
         # loops (the elector releases its lease).
         with contextlib.suppress(Exception):

@@ -1,5 +1,5 @@
-"""The decider's Kubernetes side: GPUScaler list+watch, status writes, and
-the search for other controllers (HPA, KEDA) on the same targets."""
+"""The decider's Kubernetes side: GPUScaler list+watch, the pod watch, status
+writes, and the search for other controllers (HPA, KEDA) on the same targets."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
 from gpuscale.aio import sleep_unless_stopped
-from gpuscale.kube import Forbidden, KubeError, NotFound, backoff_delay, request_json
+from gpuscale.kube import (
+    Forbidden,
+    KubeError,
+    NotFound,
+    backoff_delay,
+    request_json,
+)
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.subjects import WorkloadKey
 from gpuscale_decider.core.policy import (
@@ -24,8 +30,8 @@ from gpuscale_decider.core.policy import (
     object_identity,
     parse_gpuscaler,
 )
-from gpuscale_decider.decider import Decider
 from gpuscale_decider.policies import InvalidPolicy
+from gpuscale_decider.registry import Registry
 
 WATCH_TIMEOUT_S: Final = 60
 # Status keys the decider owns: a merge patch sets the ones it leaves out to null.
@@ -46,7 +52,7 @@ def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
     return object_identity(obj)
 
 
-def apply_object(decider: Decider, obj: Mapping[str, Any]) -> None:
+def apply_object(decider: Registry, obj: Mapping[str, Any]) -> None:
     """An added or modified GPUScaler object."""
     status = obj.get("status") if isinstance(obj.get("status"), Mapping) else None
     try:
@@ -65,7 +71,7 @@ async def _sleep_or_stop(stop: asyncio.Event, delay: float) -> None:
 class GPUScalerWatcher:
     """List, then watch from the list's resourceVersion; relist after any error."""
 
-    def __init__(self, api: ApiClient, decider: Decider) -> None:
+    def __init__(self, api: ApiClient, decider: Registry) -> None:
         self.api = api
         self.custom = CustomObjectsApi(api)
         self.decider = decider

@@ -9,18 +9,15 @@ evaluation yields an equal status and the shell writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuscale_decider.core.algorithm import (
-    ABLE_TO_SCALE,
-    SCALING_ACTIVE,
-    SCALING_LIMITED,
-    Condition,
-    Evaluation,
-)
+from gpuscale_decider.core.conditions import Condition, Reason, able, active, limited
 from gpuscale_decider.core.policy import GPUScalerSpec, PolicyError
+
+if TYPE_CHECKING:  # the evaluation's module builds statuses with this one
+    from gpuscale_decider.core.reconcile import Evaluation
 
 
 def rfc3339(ts: float) -> str:
@@ -46,7 +43,7 @@ def targets_column(spec: GPUScalerSpec, averages: Mapping[str, float] | None) ->
 
 
 def _merge_conditions(
-    conditions: Sequence[Condition], previous: Mapping[str, Any] | None, now: float
+    conditions: Iterable[Condition], previous: Mapping[str, Any] | None, now: float
 ) -> list[dict[str, Any]]:
     old: dict[str, Mapping[str, Any]] = {}
     for c in (previous or {}).get("conditions") or ():
@@ -55,7 +52,7 @@ def _merge_conditions(
     out = []
     for c in conditions:
         status = "True" if c.status else "False"
-        before = old.get(c.type)
+        before = old.get(c.type.value)
         since = (
             before.get("lastTransitionTime")
             if before is not None and before.get("status") == status and before.get("lastTransitionTime")
@@ -63,9 +60,9 @@ def _merge_conditions(
         )
         out.append(
             {
-                "type": c.type,
+                "type": c.type.value,
                 "status": status,
-                "reason": c.reason,
+                "reason": c.reason.value,
                 "message": c.message,
                 "lastTransitionTime": since,
             }
@@ -77,12 +74,11 @@ def evaluation_status(
     spec: GPUScalerSpec,
     generation: int,
     evaluation: Evaluation,
-    averages: Mapping[str, float] | None,
     last_scale_time: float | None,
     previous: Mapping[str, Any] | None,
     now: float,
 ) -> dict[str, Any]:
-    fresh_averages = averages if evaluation.fresh else None
+    fresh_averages = evaluation.usage if evaluation.fresh else None
     current_metrics = [
         {
             "name": m.name,
@@ -95,8 +91,8 @@ def evaluation_status(
         "observedGeneration": generation,
         "reference": spec.scale_target_ref.reference(),
         "targets": targets_column(spec, fresh_averages),
-        "currentReplicas": evaluation.current_replicas,
-        "desiredReplicas": evaluation.desired_replicas,
+        "currentReplicas": evaluation.current,
+        "desiredReplicas": evaluation.desired,
         "currentMetrics": current_metrics,
         "reason": evaluation.reason,
         "conditions": _merge_conditions(evaluation.conditions, previous, now),
@@ -112,9 +108,9 @@ def invalid_status(
     """An invalid policy is reported, never acted on."""
     message = f"invalid GPUScaler: {error.summary()}"
     conditions = (
-        Condition(ABLE_TO_SCALE, False, "InvalidPolicy", message),
-        Condition(SCALING_ACTIVE, False, "InvalidPolicy", message),
-        Condition(SCALING_LIMITED, False, "DesiredWithinRange", "no recommendation: the policy is invalid"),
+        able(False, Reason.INVALID_POLICY, message),
+        active(False, Reason.INVALID_POLICY, message),
+        limited(False, Reason.DESIRED_WITHIN_RANGE, "no recommendation: the policy is invalid"),
     )
     return {
         "observedGeneration": generation,
@@ -126,7 +122,7 @@ def invalid_status(
 def blocked_status(
     spec: GPUScalerSpec,
     generation: int,
-    reason: str,
+    reason: Reason,
     message: str,
     current_replicas: int | None,
     averages: Mapping[str, float] | None,
@@ -136,14 +132,11 @@ def blocked_status(
     """The decider will not act: another controller owns the target
     (``ConflictingController``) or the target cannot be read (``FailedGetScale``)."""
     conditions = (
-        Condition(ABLE_TO_SCALE, False, reason, message),
-        Condition(
-            SCALING_ACTIVE,
-            averages is not None,
-            "ValidMetricFound" if averages is not None else "FailedGetGPUMetrics",
-            "GPU metrics are arriving" if averages is not None else "no fresh GPU metrics",
-        ),
-        Condition(SCALING_LIMITED, False, "DesiredWithinRange", "no recommendation while not able to scale"),
+        able(False, reason, message),
+        active(True, Reason.VALID_METRIC_FOUND, "GPU metrics are arriving")
+        if averages is not None
+        else active(False, Reason.FAILED_GET_GPU_METRICS, "no fresh GPU metrics"),
+        limited(False, Reason.DESIRED_WITHIN_RANGE, "no recommendation while not able to scale"),
     )
     status: dict[str, Any] = {
         "observedGeneration": generation,
