@@ -172,8 +172,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         publish,
         status=status,
         is_leader=is_leader,
-        config=Config(actuation_timeout_s=s.actuation_timeout),
-        max_metrics_age_s=s.max_metrics_age,
+        config=Config(actuation_timeout_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
     )
     ctx.http.add_readiness(
         "pods", lambda: (pods.synced.is_set(), "listed" if pods.synced.is_set() else "not listed yet")

@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from gpuscale.codec import decode
-from gpuscale.kube import KubeError, ScaleState, ScaleTargetRef
+from gpuscale.kube import KubeError
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import SubjectError, WorkloadKey, parse_workload
@@ -39,25 +39,9 @@ from gpuscale_decider.core.replicas import PodView
 from gpuscale_decider.core.state import ScalerState, seed_last_scale
 from gpuscale_decider.metrics import DeciderMetrics
 from gpuscale_decider.registry import NoStatus, Registry, StatusSink, Workload
-from gpuscale_decider.sources import StateStore
+from gpuscale_decider.sources import PodSource, ScaleSource, StateStore
 
 Publish = Callable[[Decision], Awaitable[None]]
-
-
-class ScaleSource(Protocol):
-    async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
-        """The target's scale subresource (raises gpuscale.kube.KubeError)."""
-        ...
-
-    def forget(self, ref: ScaleTargetRef) -> None:
-        """Drop a cached read so the next call reads afresh."""
-        ...
-
-
-class PodSource(Protocol):
-    def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
-        """The pods matching ``selector`` (None: not listed yet)."""
-        ...
 
 
 class Decider:
@@ -73,7 +57,6 @@ class Decider:
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         config: Config = Config(),  # noqa: B008 - a frozen value, never mutated
-        max_metrics_age_s: float | None = None,
     ) -> None:
         self.metrics = metrics
         self.m = DeciderMetrics(metrics)
@@ -82,7 +65,6 @@ class Decider:
         self.is_leader = is_leader
         self.clock = clock
         self.config = config
-        self.max_metrics_age_s = max_metrics_age_s
         self.registry = Registry(self.m, self.status, lambda: self.clock())
         self._once = OncePerKey()
         self._subject_keys: dict[str, WorkloadKey] = {}
@@ -188,14 +170,7 @@ class Decider:
             loaded = await self.store.load(w.key) or ScalerState()
             w.memory = Memory(seed_last_scale(loaded, w.last_scale_time))
         target, pods = await self._read(w, now)
-        observation = w.observation
-        if (
-            observation is not None
-            and self.max_metrics_age_s is not None
-            and now - observation.received_at > self.max_metrics_age_s
-        ):
-            observation = None
-        step = reconcile(w.memory, w.scaler, target, pods, observation, now, self.config)
+        step = reconcile(w.memory, w.scaler, target, pods, w.observation, now, self.config)
         w.memory, w.dirty, w.last_evaluated = step.memory, True, now
         for note, pending in step.notes:
             self.log.info(

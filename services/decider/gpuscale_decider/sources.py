@@ -35,6 +35,22 @@ from gpuscale_decider.core.replicas import Phase, PodView
 from gpuscale_decider.core.state import ScalerState
 
 
+class ScaleSource(Protocol):
+    async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
+        """The target's scale subresource (raises gpuscale.kube.KubeError)."""
+        ...
+
+    def forget(self, ref: ScaleTargetRef) -> None:
+        """Drop a cached read so the next call reads afresh."""
+        ...
+
+
+class PodSource(Protocol):
+    def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
+        """The pods matching ``selector`` (None: not listed yet)."""
+        ...
+
+
 class StaticScaleSource:
     """Scales from a dict (tests without an API server, the benchmark). A
     target's selector is ``app=<name>``; its pods come from :class:`StaticPods`."""

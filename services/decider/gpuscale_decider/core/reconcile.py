@@ -131,6 +131,7 @@ class Config:
 
     actuation_timeout_s: float = 30.0
     status_refresh_s: float = 15.0  # metric values alone move the status this often (HPA's sync period)
+    max_metrics_age_s: float | None = None  # never act on metrics older than this (default: the window)
 
 
 # --- outputs -----------------------------------------------------------------------
@@ -221,7 +222,7 @@ def reconcile(
     current = target.replicas
     state, notes = _settle_pending(memory.state, current, now, config, longest_period(spec))
     state = _seen(state, current, now)
-    evaluation, state = _evaluate(spec, current, target, pods, observation, state, now)
+    evaluation, state = _evaluate(spec, current, target, pods, observation, state, now, config)
 
     if target.conflict is not None:
         conflict = target.conflict
@@ -382,13 +383,15 @@ def _conditions(
     return Conditions(able_to_scale, scaling_active, scaling_limited)
 
 
-def _fresh(spec: GPUScalerSpec, observation: Observation | None, now: float) -> str:
+def _fresh(spec: GPUScalerSpec, observation: Observation | None, now: float, config: Config) -> str:
     """Why the observation cannot be used, or "" when it can."""
     if observation is None:
         return "no metrics received"
     age = now - observation.received_at
     if age > spec.window_s:
         return f"latest metrics arrived {age:.0f} s ago, longer than the {spec.window_s:g} s window"
+    if config.max_metrics_age_s is not None and age > config.max_metrics_age_s:
+        return f"latest metrics arrived {age:.0f} s ago, longer than --max-metrics-age {config.max_metrics_age_s:g} s"
     return ""
 
 
@@ -400,8 +403,9 @@ def _evaluate(
     observation: Observation | None,
     state: ScalerState,
     now: float,
+    config: Config,
 ) -> tuple[Evaluation, ScalerState]:
-    stale_why = _fresh(spec, observation, now)
+    stale_why = _fresh(spec, observation, now, config)
     proposals: tuple[MetricProposal, ...] = ()
     if not stale_why and observation is not None and pods is not None and target.selector:
         tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
