@@ -13,7 +13,7 @@ from kubernetes_asyncio.client import ApiClient, ApiException, Configuration
 from gpuscale.kube import new_api_client
 from gpuscale_kubesim import KubeSim
 
-from ..k8s_objects import gpu_workload, gpuscaler
+from ..k8s_objects import gpu_workload, gpuscaler, keda_crd
 
 pytestmark = pytest.mark.integration
 
@@ -263,7 +263,7 @@ async def test_events_written_either_way_are_read_both_ways(api: ApiClient) -> N
     await events_v1.create_namespaced_event(
         NS,
         client.EventsV1Event(
-            metadata=client.V1ObjectMeta(generate_name="bert."),
+            metadata=client.V1ObjectMeta(generate_name="bert-"),  # "bert." would end in a dot: invalid
             event_time="2026-01-01T00:00:00.000000Z",
             action="Scale",
             reason="ScaledUp",
@@ -315,6 +315,7 @@ async def test_hpa_and_scaledobject_lists(kube_sim: KubeSim, api: ApiClient) -> 
             },
         }
     )
+    await kube_sim.create(keda_crd())  # KEDA installed
     await kube_sim.create(
         {
             "apiVersion": "keda.sh/v1alpha1",
