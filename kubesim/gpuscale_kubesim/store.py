@@ -753,9 +753,6 @@ def _apply_defaults(rd: ResourceDef, obj: Obj, store: Store | None = None) -> No
         if rd.kind == "StatefulSet":
             spec.setdefault("podManagementPolicy", "OrderedReady")
             spec.setdefault("serviceName", "")
-        template_labels = (((spec.get("template") or {}).get("metadata") or {}).get("labels")) or {}
-        if not spec.get("selector") and template_labels:
-            spec["selector"] = {"matchLabels": dict(template_labels)}
         obj.setdefault("status", {})
     elif rd.group == "" and rd.kind == "Pod":
         spec = obj.setdefault("spec", {})
