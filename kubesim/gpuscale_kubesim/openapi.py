@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from gpuscale_kubesim import typed
+from gpuscale_kubesim import patch, typed
 from gpuscale_kubesim.resources import ResourceDef
 
 Obj = dict[str, Any]
@@ -136,6 +136,26 @@ def _operation(rd: ResourceDef, action: str, v3: bool, *, body: bool = False, wr
     return op
 
 
+def _patch_operation(rd: ResourceDef, v3: bool) -> Obj:
+    """A PATCH and the patch types it takes: kubectl apply picks its patch by them
+    (strategic merge where offered: built-in kinds; JSON merge for custom resources)."""
+    op = _operation(rd, "patch", v3, writes=True)
+    types = [patch.JSON_PATCH, patch.MERGE_PATCH, patch.APPLY_PATCH]
+    if not rd.custom:
+        types.insert(2, patch.STRATEGIC_MERGE_PATCH)
+    if v3:
+        op["requestBody"] = {
+            "content": {t: {"schema": {"$ref": f"#/components/schemas/{META}Patch"}} for t in types},
+            "required": True,
+        }
+    else:
+        op["consumes"] = types
+        op.setdefault("parameters", []).append(
+            {"name": "body", "in": "body", "required": True, "schema": {"$ref": f"#/definitions/{META}Patch"}}
+        )
+    return op
+
+
 def paths_for(rds: Iterable[ResourceDef], v3: bool) -> Obj:
     paths: Obj = {}
     for rd in rds:
@@ -150,14 +170,14 @@ def paths_for(rds: Iterable[ResourceDef], v3: bool) -> Obj:
         paths[f"{collection}/{{name}}"] = {
             "get": _operation(rd, "get", v3),
             "put": _operation(rd, "put", v3, body=True, writes=True),
-            "patch": _operation(rd, "patch", v3, writes=True),
+            "patch": _patch_operation(rd, v3),
             "delete": _operation(rd, "delete", v3),
         }
         for sub in sorted(rd.subresources):
             paths[f"{collection}/{{name}}/{sub}"] = {
                 "get": _operation(rd, "get", v3),
                 "put": _operation(rd, "put", v3, writes=True),
-                "patch": _operation(rd, "patch", v3, writes=True),
+                "patch": _patch_operation(rd, v3),
             }
     return paths
 

@@ -19,7 +19,7 @@ import yaml
 from aiohttp import web
 
 from gpuscale.logging import get_logger
-from gpuscale_kubesim import openapi, tables
+from gpuscale_kubesim import openapi, openapi_proto, tables
 from gpuscale_kubesim.checks import WriteOptions
 from gpuscale_kubesim.errors import ApiError, bad_request, status_body
 from gpuscale_kubesim.faults import Faults
@@ -145,6 +145,7 @@ class ApiServer:
         self.requests = 0
         self._openapi_cache: dict[tuple[str, str, str], Obj] = {}
         self._openapi_generation = -1
+        self._openapi_proto: dict[int, bytes] = {}
 
     def build_app(self, extra_routes: Callable[[web.Application], None] | None = None) -> web.Application:
         app = web.Application(
@@ -371,13 +372,20 @@ class ApiServer:
         return doc
 
     def _openapi_v2(self, request: web.Request) -> web.Response:
+        """JSON, or the protobuf Document client-go asks for first."""
         accept = request.headers.get("Accept", "")
+        doc = self._openapi_cached(("v2", "", ""))
+        if openapi_proto.ACCEPT in accept:
+            body = self._openapi_proto.get(self._openapi_generation)
+            if body is None:
+                body = openapi_proto.document(doc)
+                self._openapi_proto = {self._openapi_generation: body}
+            return web.Response(body=body, headers={"Content-Type": openapi_proto.CONTENT_TYPE})
         if accept and "json" not in accept and "*/*" not in accept:
-            # The protobuf form (client-go asks for it first) is not served; JSON is.
             raise ApiError(
                 406, "only the following media types are accepted: application/json", "NotAcceptable"
             )
-        return _json(self._openapi_cached(("v2", "", "")))
+        return _json(doc)
 
     def _openapi_v3(self, rest: list[str]) -> web.Response:
         """The index and the per-group-version documents (what kubectl explain and apply read)."""
