@@ -17,7 +17,9 @@ from typing import Any, Final
 
 Obj = dict[str, Any]
 ACCEPT: Final = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"  # what clients ask for
-CONTENT_TYPE: Final = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"  # what the API server answers
+CONTENT_TYPE: Final = (
+    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"  # what the API server answers
+)
 
 # Field numbers of openapi.v2.Schema.
 _REF, _FORMAT, _TITLE, _DESCRIPTION, _DEFAULT = 1, 2, 3, 4, 5

@@ -154,10 +154,10 @@ async def test_yaml_bodies_are_taken(kube_sim: KubeSim) -> None:
 
 
 async def test_openapi_v3_describes_the_gpuscaler_and_built_ins(kube_sim: KubeSim) -> None:
-    status, index = await get(kube_sim, "/openapi/v3")
+    _, index = await get(kube_sim, "/openapi/v3")
     url = index["paths"]["apis/gpuscale.io/v1alpha1"]["serverRelativeURL"]
     assert "?hash=" in url
-    status, doc = await get(kube_sim, url)
+    _, doc = await get(kube_sim, url)
     schemas = doc["components"]["schemas"]
     scaler = schemas["io.gpuscale.v1alpha1.GPUScaler"]
     assert scaler["x-kubernetes-group-version-kind"] == [
@@ -172,7 +172,7 @@ async def test_openapi_v3_describes_the_gpuscaler_and_built_ins(kube_sim: KubeSi
     patch = doc["paths"]["/apis/gpuscale.io/v1alpha1/namespaces/{namespace}/gpuscalers/{name}"]["patch"]
     assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
 
-    status, doc = await get(kube_sim, index["paths"]["apis/apps/v1"]["serverRelativeURL"])
+    _, doc = await get(kube_sim, index["paths"]["apis/apps/v1"]["serverRelativeURL"])
     deployment = doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"]
     assert deployment["x-kubernetes-group-version-kind"][0]["kind"] == "Deployment"
     assert "io.k8s.api.core.v1.PodSpec" in doc["components"]["schemas"]
@@ -208,7 +208,7 @@ async def test_openapi_v2_in_json_and_in_protobuf(kube_sim: KubeSim) -> None:
     assert b"io.gpuscale.v1alpha1.GPUScaler" in body
 
 
-async def test_served_built_in_schemas_are_the_kubernetes_release(kube_sim: KubeSim) -> None:
+def test_served_built_in_schemas_are_the_kubernetes_release() -> None:
     """The committed definitions are what the generator makes from kubernetes-validate now."""
     import importlib.util
     import sys
@@ -217,7 +217,8 @@ async def test_served_built_in_schemas_are_the_kubernetes_release(kube_sim: Kube
         "gen_builtin_schemas",
         Path(__file__).resolve().parents[2] / "kubesim" / "tools" / "gen_builtin_schemas.py",
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["gen_builtin_schemas"] = module
     spec.loader.exec_module(module)

@@ -224,7 +224,7 @@ async def test_updates_and_json_patches_are_validated(api: ApiClient) -> None:
     assert raised.value.status == 422
     assert "spec.tolerance" in causes(status_of(raised.value))
     stored = await custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "bert")
-    assert stored["spec"]["maxReplicas"] == 10 and stored["spec"]["tolerance"] == 0.1, "nothing was stored"
+    assert (stored["spec"]["maxReplicas"], stored["spec"]["tolerance"]) == (10, 0.1), "nothing was stored"
 
 
 async def test_put_without_resource_version_is_refused(api: ApiClient) -> None:
@@ -257,7 +257,8 @@ async def test_unknown_fields_are_pruned_with_a_warning(kube_sim: KubeSim) -> No
         ]
     )
     stored = kube_sim.get("gpuscale.io/v1alpha1", "GPUScaler", "bert")
-    assert "fooBar" not in stored["spec"] and "weight" not in stored["spec"]["metrics"][0]
+    assert "fooBar" not in stored["spec"]
+    assert "weight" not in stored["spec"]["metrics"][0]
     assert "color" not in stored["metadata"]
 
 

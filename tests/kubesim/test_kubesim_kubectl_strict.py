@@ -139,7 +139,8 @@ async def test_kubectl_explain_reads_the_served_schemas(kubectl: Kubectl) -> Non
     assert "KIND:       GPUScaler" in top
     assert "GPUScaler scales a workload on GPU metrics" in top
     behavior = await kubectl("explain", "gpuscaler.spec.behavior")
-    assert "scaleUp\t<Object>" in behavior and "scaleDown\t<Object>" in behavior
+    assert "scaleUp\t<Object>" in behavior
+    assert "scaleDown\t<Object>" in behavior
     reason = await kubectl("explain", "gpuscaler.status.reason")
     assert "FIELD: reason <string>" in reason
     replicas = await kubectl("explain", "deployment.spec.replicas")
