@@ -4,7 +4,6 @@ content types, and the OpenAPI documents clients read."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 
-from gpuscale.kube import new_api_client
 from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload, gpuscaler, keda_crd, servicemonitor_crd
@@ -21,15 +19,6 @@ from ..k8s_objects import gpu_workload, gpuscaler, keda_crd, servicemonitor_crd
 pytestmark = pytest.mark.integration
 
 NS = "default"
-
-
-@pytest.fixture
-async def api(kube_sim: KubeSim) -> AsyncIterator[ApiClient]:
-    api = await new_api_client(Path(kube_sim.kubeconfig_path))
-    try:
-        yield api
-    finally:
-        await api.close()
 
 
 async def get(sim: KubeSim, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:

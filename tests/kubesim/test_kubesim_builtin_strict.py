@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,32 +14,14 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 
-from gpuscale.kube import new_api_client
 from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload
+from .conftest import causes, status_of
 
 pytestmark = pytest.mark.integration
 
 NS = "default"
-
-
-@pytest.fixture
-async def api(kube_sim: KubeSim) -> AsyncIterator[ApiClient]:
-    api = await new_api_client(Path(kube_sim.kubeconfig_path))
-    try:
-        yield api
-    finally:
-        await api.close()
-
-
-def status_of(e: ApiException) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(e.body)
-    return body
-
-
-def causes(e: ApiException) -> dict[str, tuple[str, str]]:
-    return {c["field"]: (c["reason"], c["message"]) for c in status_of(e)["details"]["causes"]}
 
 
 async def raw(sim: KubeSim, method: str, path: str, body: Any) -> tuple[int, dict[str, Any], list[str]]:

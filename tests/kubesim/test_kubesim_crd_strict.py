@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,10 +15,10 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, ApiException
 
-from gpuscale.kube import new_api_client
 from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpuscaler
+from .conftest import causes, status_of
 
 pytestmark = pytest.mark.integration
 
@@ -28,15 +26,6 @@ NS = "default"
 GROUP, VERSION, PLURAL = "gpuscale.io", "v1alpha1", "gpuscalers"
 BASE = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}"
 MERGE = "application/merge-patch+json"
-
-
-@pytest.fixture
-async def api(kube_sim: KubeSim) -> AsyncIterator[ApiClient]:
-    api = await new_api_client(Path(kube_sim.kubeconfig_path))
-    try:
-        yield api
-    finally:
-        await api.close()
 
 
 @dataclass
@@ -59,15 +48,6 @@ async def http(
         ) as response,
     ):
         return Answer(response.status, await response.json(), response.headers.getall("Warning", []))
-
-
-def status_of(e: ApiException) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(e.body)
-    return body
-
-
-def causes(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    return {c["field"]: (c["reason"], c["message"]) for c in status["details"]["causes"]}
 
 
 # --- schema validation -----------------------------------------------------------
@@ -160,7 +140,7 @@ async def test_a_schema_violation_is_422_with_its_field(api: ApiClient, case: Vi
     assert (status["kind"], status["reason"], status["code"]) == ("Status", "Invalid", 422)
     assert status["details"]["group"] == GROUP
     assert status["details"]["kind"] == "GPUScaler"
-    assert causes(status)[case.field] == (case.reason, case.message)
+    assert causes(raised.value)[case.field] == (case.reason, case.message)
     assert status["message"] == f'GPUScaler.gpuscale.io "bert" is invalid: {case.field}: {case.message}'
 
 
@@ -171,7 +151,12 @@ async def test_every_violation_is_reported_at_once(api: ApiClient) -> None:
     with pytest.raises(ApiException) as raised:
         await client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
     status = status_of(raised.value)
-    assert set(causes(status)) == {"spec.minReplicas", "spec.maxReplicas", "spec.window", "spec.metrics"}
+    assert set(causes(raised.value)) == {
+        "spec.minReplicas",
+        "spec.maxReplicas",
+        "spec.window",
+        "spec.metrics",
+    }
     assert status["message"].startswith('GPUScaler.gpuscale.io "bert" is invalid: [')
 
 
@@ -206,7 +191,7 @@ async def test_status_writes_are_validated_too(
             GROUP, VERSION, NS, PLURAL, "bert", {"status": status_patch}, _content_type=MERGE
         )
     assert raised.value.status == 422
-    assert causes(status_of(raised.value))[field][1] == message
+    assert causes(raised.value)[field][1] == message
 
 
 async def test_updates_and_json_patches_are_validated(api: ApiClient) -> None:
@@ -216,13 +201,13 @@ async def test_updates_and_json_patches_are_validated(api: ApiClient) -> None:
     bad["spec"]["maxReplicas"] = 0
     with pytest.raises(ApiException) as raised:
         await custom.replace_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "bert", bad)
-    assert "spec.maxReplicas" in causes(status_of(raised.value))
+    assert "spec.maxReplicas" in causes(raised.value)
     with pytest.raises(ApiException) as raised:
         await custom.patch_namespaced_custom_object(
             GROUP, VERSION, NS, PLURAL, "bert", [{"op": "replace", "path": "/spec/tolerance", "value": -1}]
         )
     assert raised.value.status == 422
-    assert "spec.tolerance" in causes(status_of(raised.value))
+    assert "spec.tolerance" in causes(raised.value)
     stored = await custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "bert")
     assert (stored["spec"]["maxReplicas"], stored["spec"]["tolerance"]) == (10, 0.1), "nothing was stored"
 
@@ -233,7 +218,7 @@ async def test_put_without_resource_version_is_refused(api: ApiClient) -> None:
     with pytest.raises(ApiException) as raised:
         await custom.replace_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "bert", gpuscaler("bert"))
     assert raised.value.status == 422
-    assert causes(status_of(raised.value))["metadata.resourceVersion"] == (
+    assert causes(raised.value)["metadata.resourceVersion"] == (
         "FieldValueInvalid",
         "Invalid value: 0x0: must be specified for an update",
     )
@@ -427,9 +412,8 @@ async def test_cel_rules_of_a_crd_are_enforced(api: ApiClient) -> None:
         await custom.create_namespaced_custom_object(
             *args, a_range("bad", minReplicas=0, maxReplicas=-1, target=0.5)
         )
-    status = status_of(raised.value)
     assert raised.value.status == 422
-    assert causes(status) == {
+    assert causes(raised.value) == {
         "spec": ("FieldValueInvalid", 'Invalid value: "object": minReplicas must not exceed maxReplicas'),
         "spec.target": ("FieldValueInvalid", 'Invalid value: "object": target 0.5 is too low'),
         "spec.minReplicas": ("FieldValueInvalid", 'Invalid value: "integer": minReplicas must be at least 1'),
@@ -443,7 +427,7 @@ async def test_cel_rules_of_a_crd_are_enforced(api: ApiClient) -> None:
         await custom.patch_namespaced_custom_object(
             "example.io", "v1", NS, "ranges", "owned", {"spec": {"owner": "team-b"}}, _content_type=MERGE
         )
-    assert causes(status_of(raised.value))["spec.owner"] == (
+    assert causes(raised.value)["spec.owner"] == (
         "FieldValueForbidden",
         "Forbidden: owner is immutable",
     )
@@ -452,7 +436,7 @@ async def test_cel_rules_of_a_crd_are_enforced(api: ApiClient) -> None:
         await custom.patch_namespaced_custom_object(
             "example.io", "v1", NS, "ranges", "owned", {"spec": {"maxReplicas": 0}}, _content_type=MERGE
         )
-    assert "spec" in causes(status_of(raised.value))
+    assert "spec" in causes(raised.value)
 
 
 async def test_a_crd_whose_rule_does_not_compile_is_refused(api: ApiClient) -> None:
@@ -462,11 +446,11 @@ async def test_a_crd_whose_rule_does_not_compile_is_refused(api: ApiClient) -> N
     with pytest.raises(ApiException) as raised:
         await client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
     assert raised.value.status == 422
-    (field,) = causes(status_of(raised.value))
+    (field,) = causes(raised.value)
     assert (
         field == "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
     )
-    assert "compilation failed" in causes(status_of(raised.value))[field][1]
+    assert "compilation failed" in causes(raised.value)[field][1]
 
 
 @pytest.mark.parametrize(
@@ -489,4 +473,4 @@ async def test_crds_are_validated(api: ApiClient, change: Any, field: str) -> No
     with pytest.raises(ApiException) as raised:
         await client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
     assert raised.value.status == 422
-    assert field in causes(status_of(raised.value))
+    assert field in causes(raised.value)

@@ -5,7 +5,6 @@ server's errors."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from ..decider.decider_harness import (
     watch_decisions,
 )
 from ..k8s_objects import FIXTURE_CRDS, gpu_workload
+from .conftest import Kubectl
 
 KUBECTL = shutil.which("kubectl")
 REPO = Path(__file__).resolve().parents[2]
@@ -33,37 +33,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed on this machine"),
 ]
-
-
-class Kubectl:
-    def __init__(self, sim: KubeSim, cache: Path) -> None:
-        self.sim = sim
-        self.cache = cache
-
-    async def __call__(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        assert KUBECTL is not None
-        process = await asyncio.create_subprocess_exec(
-            KUBECTL,
-            f"--kubeconfig={self.sim.kubeconfig_path}",
-            f"--cache-dir={self.cache}",
-            "--request-timeout=20s",
-            *args,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else None,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(stdin.encode() if stdin else None), timeout=90)
-        text = out.decode() + err.decode()
-        if check:
-            assert process.returncode == 0, f"kubectl {' '.join(args)} failed: {text}"
-        elif process.returncode == 0:
-            raise AssertionError(f"kubectl {' '.join(args)} should have failed: {text}")
-        return text
-
-
-@pytest.fixture
-def kubectl(kube_sim: KubeSim, tmp_path: Path) -> Kubectl:
-    return Kubectl(kube_sim, tmp_path / "kubectl-cache")
 
 
 async def fresh_cluster(kubectl: Kubectl) -> None:
@@ -165,6 +134,7 @@ spec:
 """
     )
     out = await kubectl("apply", "-f", str(bad), check=False)
+    assert "created" not in out
     assert 'The GPUScaler "bad" is invalid' in out
     assert 'spec.scaleTargetRef.kind: Unsupported value: "Job"' in out
     assert (
