@@ -62,6 +62,12 @@ async def test_scale_subresource_read_patch_replace(kube_sim: KubeSim, api: ApiC
     )
     assert json_patched.spec.replicas == 3
 
+    # Read-then-replace races the controllers (a status write is a new resourceVersion, as on a real
+    # server): let the Deployment settle first.
+    deadline = asyncio.get_running_loop().time() + 10
+    while kube_sim.get("apps/v1", "Deployment", "bert")["status"].get("readyReplicas") != 3:
+        assert asyncio.get_running_loop().time() < deadline, "the Deployment did not settle"
+        await asyncio.sleep(0.05)
     scale = await apps.read_namespaced_deployment_scale("bert", NS)
     scale.spec.replicas = 4
     replaced = await apps.replace_namespaced_deployment_scale("bert", NS, scale)
