@@ -17,7 +17,7 @@ from kubernetes_asyncio.client import ApiClient, ApiException
 
 from gpuscale_kubesim import KubeSim
 
-from ..k8s_objects import gpuscaler
+from ..k8s_objects import gpuscaler, keda_crd
 from .conftest import causes, status_of
 
 pytestmark = pytest.mark.integration
@@ -474,3 +474,26 @@ async def test_crds_are_validated(api: ApiClient, change: Any, field: str) -> No
         await client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
     assert raised.value.status == 422
     assert field in causes(raised.value)
+
+
+async def test_preserve_unknown_fields_keeps_what_the_schema_leaves_open(kube_sim: KubeSim) -> None:
+    await kube_sim.create(keda_crd())
+    body = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "llm"},
+        "spec": {
+            "scaleTargetRef": {"name": "llm", "color": "red"},  # a declared object: pruned inside
+            "triggers": [
+                {"type": "prometheus", "metadata": {"threshold": "5"}, "authenticationRef": {"name": "a"}}
+            ],
+            "advanced": {"restoreToOriginalReplicaCount": True},  # spec preserves unknown fields
+        },
+    }
+    answer = await http(kube_sim, "POST", f"/apis/keda.sh/v1alpha1/namespaces/{NS}/scaledobjects", body)
+    assert answer.status == 201
+    assert answer.warnings == ['299 - "unknown field \\"spec.scaleTargetRef.color\\""']
+    spec = answer.body["spec"]
+    assert spec["advanced"] == {"restoreToOriginalReplicaCount": True}
+    assert spec["triggers"][0]["authenticationRef"] == {"name": "a"}
+    assert "color" not in spec["scaleTargetRef"]
