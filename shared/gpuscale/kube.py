@@ -12,6 +12,9 @@
 - :func:`retry_with_backoff`: exponential backoff with full jitter.
 - :func:`record_event`: a Kubernetes Event on the target, as ``kubectl
   describe`` shows it.
+- every ``Warning`` header of an answer goes to :data:`gpuscale.apiwarnings.API_WARNINGS`
+  (counted, logged once); one saying the server dropped fields we sent is
+  :class:`FieldsDropped` where warnings are strict (the tests).
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from gpuscale.aio import sleep_unless_stopped
+from gpuscale.apiwarnings import API_WARNINGS, parse_warning_header
 from gpuscale.labels import selector_string
 
 __all__ = [
     "REPLICAS_IN_SPEC",
     "BadRequest",
     "Conflict",
+    "FieldsDropped",
     "Forbidden",
     "KubeError",
     "NotFound",
@@ -52,6 +57,7 @@ __all__ = [
     "Unreachable",
     "backoff_delay",
     "error_from_response",
+    "event_note",
     "format_micro_time",
     "format_time",
     "new_api_client",
@@ -143,6 +149,15 @@ class ServerError(KubeError):
     retryable = True
 
 
+class FieldsDropped(KubeError):
+    """The write succeeded but the server dropped fields it does not know (its ``Warning``
+    said ``unknown field "..."``): only raised where warnings are strict. ``fields`` names them."""
+
+    def __init__(self, status: int, warnings: list[str]) -> None:
+        super().__init__(status, "; ".join(warnings), reason="FieldsDropped")
+        self.fields = [w.removeprefix("unknown field ").strip('"') for w in warnings]
+
+
 class Unreachable(KubeError):
     """No HTTP answer at all: refused, reset, DNS, TLS or timeout."""
 
@@ -232,6 +247,7 @@ async def request_json(
             raw = await response.read()
             status = int(response.status)
             resp_headers = {str(k): str(v) for k, v in response.headers.items()}
+            warnings = [parse_warning_header(str(v)) for v in response.headers.getall("Warning", [])]
         finally:
             response.release()
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
@@ -239,6 +255,9 @@ async def request_json(
     text = raw.decode("utf-8", errors="replace")
     if not 200 <= status <= 299:
         raise error_from_response(status, text, resp_headers)
+    dropped = API_WARNINGS.record(method, path, warnings) if warnings else []
+    if dropped and API_WARNINGS.strict:
+        raise FieldsDropped(status, [w.text for w in dropped])
     if not text.strip():
         return {}
     try:
@@ -477,6 +496,22 @@ def parse_time(text: Any) -> float | None:
     return parsed.timestamp()
 
 
+EVENT_NOTE_MAX_BYTES: Final = 1024  # the API server's NoteLengthLimit: len() of a Go string, so bytes
+
+
+def event_note(message: str, max_bytes: int = EVENT_NOTE_MAX_BYTES) -> str:
+    """``message`` cut to at most ``max_bytes`` of UTF-8, never inside a character
+    (reasons carry ``×`` and other multi-byte signs); a cut note ends in ``…``."""
+    if len(message.encode()) <= max_bytes:
+        return message
+    return truncate_utf8(message, max_bytes - len("…".encode())) + "…"
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """The longest prefix of ``text`` that is at most ``max_bytes`` of UTF-8."""
+    return text.encode()[:max_bytes].decode("utf-8", errors="ignore")
+
+
 def _event_name(target_name: str, now: float) -> str:
     # client-go's scheme: <object>.<hex nanoseconds>, unique per emitter and moment.
     return f"{target_name}.{int(now * 1e9):x}"[:253]
@@ -513,14 +548,14 @@ async def record_event(
         regarding["uid"] = uid
     name = _event_name(ref.name, now)
     instance = reporting_instance or f"{reporting_controller}-{os.getpid()}"
-    note = message[:1024]  # the API server caps an Event's note at 1 kB
+    note = event_note(message)
     event = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {"name": name, "namespace": ref.namespace},
         "eventTime": format_micro_time(now),
         "reportingController": reporting_controller,
-        "reportingInstance": instance[:128],
+        "reportingInstance": truncate_utf8(instance, 128),
         "action": action,
         "reason": reason,
         "note": note,
@@ -546,7 +581,7 @@ async def record_event(
         "lastTimestamp": format_time(now),
         "count": 1,
         "reportingComponent": reporting_controller,
-        "reportingInstance": instance[:128],
+        "reportingInstance": truncate_utf8(instance, 128),
         "action": action,
     }
     return await request_json(api, "POST", f"/api/v1/namespaces/{ref.namespace}/events", core_event)

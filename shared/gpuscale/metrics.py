@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuscale.apiwarnings import API_WARNINGS
 
 
 class ServiceMetrics:
@@ -44,3 +50,18 @@ class ServiceMetrics:
         )
         self.info = Gauge("gpuscale_service_info", "Always 1", ["service"], registry=self.registry)
         self.info.labels(service=service).set(1)
+        self.registry.register(_ApiWarningsCollector())
+
+
+class _ApiWarningsCollector(Collector):
+    """``gpuscale_kube_api_warnings_total{kind}``: the API server's warnings this process got."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "gpuscale_kube_api_warnings",
+            "Warning headers from the Kubernetes API server (dropped_field: it did not keep a field we sent)",
+            labels=["kind"],
+        )
+        for kind in ("dropped_field", "other"):
+            family.add_metric([kind], API_WARNINGS.counts.get(kind, 0))
+        yield family

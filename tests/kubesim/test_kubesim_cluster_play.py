@@ -248,6 +248,13 @@ spec:
     - name: v1
       served: true
       storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties: {size: {type: integer}}
       additionalPrinterColumns:
         - {name: Size, type: integer, jsonPath: .spec.size}
 ---

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from gpuscale_kubesim import KubeSim
 
 from ..waiting import eventually
+from .conftest import Kubectl
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = [
@@ -40,34 +40,6 @@ spec:
         resources:
           limits: {nvidia.com/gpu: 1}
 """
-
-
-class Kubectl:
-    def __init__(self, sim: KubeSim, cache: Path) -> None:
-        self.sim = sim
-        self.cache = cache
-
-    async def __call__(self, *args: str, check: bool = True) -> str:
-        assert KUBECTL is not None
-        process = await asyncio.create_subprocess_exec(
-            KUBECTL,
-            f"--kubeconfig={self.sim.kubeconfig_path}",
-            f"--cache-dir={self.cache}",
-            "--request-timeout=20s",
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        text = out.decode() + err.decode()
-        if check:
-            assert process.returncode == 0, f"kubectl {' '.join(args)} failed: {text}"
-        return text
-
-
-@pytest.fixture
-def kubectl(kube_sim: KubeSim, tmp_path: Path) -> Kubectl:
-    return Kubectl(kube_sim, tmp_path / "kubectl-cache")
 
 
 def rows(table: str) -> list[list[str]]:

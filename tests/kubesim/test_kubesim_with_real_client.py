@@ -13,7 +13,7 @@ from kubernetes_asyncio.client import ApiClient, ApiException, Configuration
 from gpuscale.kube import new_api_client
 from gpuscale_kubesim import KubeSim
 
-from ..k8s_objects import gpu_workload, gpuscaler
+from ..k8s_objects import gpu_workload, gpuscaler, keda_crd
 from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -63,6 +63,12 @@ async def test_scale_subresource_read_patch_replace(kube_sim: KubeSim, api: ApiC
     )
     assert json_patched.spec.replicas == 3
 
+    # Read-then-replace races the controllers (a status write is a new resourceVersion, as on a real
+    # server): let the Deployment settle first.
+    await eventually(
+        lambda: kube_sim.get("apps/v1", "Deployment", "bert")["status"].get("readyReplicas") == 3,
+        what="the Deployment to settle",
+    )
     scale = await apps.read_namespaced_deployment_scale("bert", NS)
     scale.spec.replicas = 4
     replaced = await apps.replace_namespaced_deployment_scale("bert", NS, scale)
@@ -264,7 +270,7 @@ async def test_events_written_either_way_are_read_both_ways(api: ApiClient) -> N
     await events_v1.create_namespaced_event(
         NS,
         client.EventsV1Event(
-            metadata=client.V1ObjectMeta(generate_name="bert."),
+            metadata=client.V1ObjectMeta(generate_name="bert-"),  # "bert." would end in a dot: invalid
             event_time="2026-01-01T00:00:00.000000Z",
             action="Scale",
             reason="ScaledUp",
@@ -316,6 +322,7 @@ async def test_hpa_and_scaledobject_lists(kube_sim: KubeSim, api: ApiClient) -> 
             },
         }
     )
+    await kube_sim.create(keda_crd())  # KEDA installed
     await kube_sim.create(
         {
             "apiVersion": "keda.sh/v1alpha1",

@@ -13,13 +13,7 @@ from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
 from gpuscale.aio import sleep_unless_stopped
-from gpuscale.kube import (
-    Forbidden,
-    KubeError,
-    NotFound,
-    backoff_delay,
-    request_json,
-)
+from gpuscale.kube import FieldsDropped, Forbidden, KubeError, NotFound, backoff_delay, request_json
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.subjects import WorkloadKey
 from gpuscale_decider.core.policy import (
@@ -213,6 +207,11 @@ class StatusWriter:
             await request_json(self.api, "PATCH", path, body, content_type="application/merge-patch+json")
         except NotFound:
             return True  # deleted meanwhile: nothing to report on
+        except FieldsDropped as e:
+            # Written, but the server dropped fields the CRD does not declare: a schema bug, not a retry.
+            if self._once.first("dropped", *e.fields):
+                self.log.error("status_fields_dropped", gpuscaler=f"{namespace}/{name}", fields=e.fields)
+            return True
         except Forbidden as e:
             if self._once.first("forbidden", e.missing_permission):
                 self.log.error(
