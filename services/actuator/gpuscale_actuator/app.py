@@ -550,6 +550,7 @@ async def serve(ctx: ServiceContext, hooks: Hooks | None = None) -> None:
                 creds=str(settings.nats_creds) if settings.nats_creds else None,
                 tls_ca=str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
                 stop=ctx.stop,
+                on_closed=ctx.reopen,
             )
         except Exception:
             if ctx.stop.is_set():

@@ -117,6 +117,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         creds=str(s.nats_creds) if s.nats_creds else None,
         tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
         stop=ctx.stop,
+        on_closed=ctx.reopen,
     )
     js = jetstream(nc)
     await _retry(
