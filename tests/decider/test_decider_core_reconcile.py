@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from gpuscale.policy import GPUScaler
 from gpuscale_decider.core.conditions import ConditionType
-from gpuscale_decider.core.policy import GPUScaler
 from gpuscale_decider.core.reconcile import Evaluation, Memory, Step, Target, reconcile
 from gpuscale_decider.core.state import ScalerState, TimedValue
 

@@ -33,13 +33,13 @@ from gpuscale.natsio import (
     is_connected,
     jetstream,
 )
+from gpuscale.policyfile import PolicyFileError, load_policy_file
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision
 from gpuscale_decider.core.reconcile import Config
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.kubeio import ConflictFinder, GPUScalerWatcher, StatusWriter
 from gpuscale_decider.pods import PodCache
-from gpuscale_decider.policies import PolicyFileError, load_policy_file
 from gpuscale_decider.registry import NoStatus, StatusSink
 from gpuscale_decider.settings import DeciderSettings
 from gpuscale_decider.sources import KubeScaleSource, KvStateStore

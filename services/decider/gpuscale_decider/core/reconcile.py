@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
+from gpuscale.policy import GPUScaler, GPUScalerSpec
 from gpuscale.wire import Action, WorkloadMetrics
 from gpuscale_decider.core.behavior import Direction, clamp_rate_and_bounds, cooldown, normalize
 from gpuscale_decider.core.conditions import (
@@ -34,7 +35,6 @@ from gpuscale_decider.core.conditions import (
     active,
     limited,
 )
-from gpuscale_decider.core.policy import GPUScaler, GPUScalerSpec
 from gpuscale_decider.core.replicas import (
     MetricProposal,
     PodView,

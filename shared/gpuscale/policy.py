@@ -1,4 +1,6 @@
-"""The GPUScaler policy (DESIGN.md §4) as a typed, validated model.
+"""The GPUScaler policy (DESIGN.md §4) as a typed, validated model: the
+contract between a user and gpuscale, read by the decider (to decide) and
+the actuator (to refuse what the policy does not allow).
 
 :func:`parse_gpuscaler` takes the object as a plain map (from the API server
 or a YAML file) and returns a :class:`GPUScaler`, or raises

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from gpuscale_decider.core.policy import GPUScaler, PolicyError, object_identity, parse_gpuscaler
+from gpuscale.policy import GPUScaler, PolicyError, object_identity, parse_gpuscaler
 
 
 @dataclass(frozen=True, slots=True)
