@@ -23,7 +23,14 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
 from gpuscale.aio import sleep_unless_stopped
-from gpuscale.kube import REQUEST_TIMEOUT_S, KubeError, Unreachable, backoff_delay, error_from_response, request_json
+from gpuscale.kube import (
+    REQUEST_TIMEOUT_S,
+    KubeError,
+    Unreachable,
+    backoff_delay,
+    error_from_response,
+    request_json,
+)
 from gpuscale.logging import get_logger
 
 WATCH_TIMEOUT_S: Final = 300
