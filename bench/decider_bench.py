@@ -13,6 +13,10 @@ Replicas come from an in-process source that an in-process "actuator"
 updates on each decision (see gpuscale_decider.sources: at this rate a GET
 of the scale subresource per evaluation would measure the API server, not
 the decider; production at thousands of workloads wants a watch-fed cache).
+The pods behind each target come from the production pod cache
+(``kubeio.PodCache``), fed the watch events of 4 pods per workload, and the
+"actuator" adds and deletes pods as it scales: every evaluation selects its
+pods by label selector as in production.
 
     .venv/bin/python bench/decider_bench.py            # 5,000 workloads, 15 s per phase
     .venv/bin/python bench/decider_bench.py --workloads 1000 --seconds 5
@@ -42,10 +46,11 @@ from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, ensure_stream, headers_msg_id, jetstream
+from gpuscale.policy import parse_gpuscaler
 from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
-from gpuscale_decider.core.policy import parse_gpuscaler
 from gpuscale_decider.decider import Decider
-from gpuscale_decider.sources import MemoryStateStore, StaticReplicaSource
+from gpuscale_decider.pods import PodCache
+from gpuscale_decider.sources import MemoryStateStore, StaticScaleSource
 
 NAMESPACE = "bench"
 REPLICAS = 4
@@ -144,8 +149,32 @@ class PhaseResult:
         return self.cpu_s / self.messages * 1e6 if self.messages else float("nan")
 
 
+def pod_object(workload: str, index: int) -> dict[str, Any]:
+    """A Pod as the API server's watch sends it (the fields the cache reads, and a few more)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{workload}-{index}",
+            "namespace": NAMESPACE,
+            "labels": {"app": workload, "pod-template-hash": "5d8f7c9b6"},
+            "resourceVersion": "1",
+        },
+        "spec": {
+            "containers": [{"name": "server", "image": "example.com/model:1"}],
+            "nodeName": "gpu-node-1",
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
 def make_decider(nc: NATS, workloads: int) -> tuple[Decider, list[Decision]]:
-    replicas = StaticReplicaSource(default=REPLICAS)
+    replicas = StaticScaleSource(default=REPLICAS)
+    pods = PodCache(api=None)  # type: ignore[arg-type]  # fed by hand below: no API server in the benchmark
+    for i in range(workloads):
+        for p in range(REPLICAS):
+            pods.apply("ADDED", pod_object(workload_name(i), p))
+    pods.synced.set()
     published: list[Decision] = []
     js = jetstream(nc)
 
@@ -153,10 +182,16 @@ def make_decider(nc: NATS, workloads: int) -> tuple[Decider, list[Decision]]:
         key = subjects.WorkloadKey(decision.namespace, decision.kind, decision.name)
         await js.publish(subjects.decisions(key), codec.encode(decision), headers=headers_msg_id(decision.id))
         published.append(decision)
-        # the in-process "actuator": the scale subresource shows the new count
+        # the in-process "actuator": the scale subresource and the pods show the new count
         replicas.counts[(decision.namespace, decision.kind, decision.name)] = decision.to_replicas
+        for p in range(
+            min(decision.from_replicas, decision.to_replicas),
+            max(decision.from_replicas, decision.to_replicas),
+        ):
+            kind = "ADDED" if decision.to_replicas > decision.from_replicas else "DELETED"
+            pods.apply(kind, pod_object(decision.name, p))
 
-    decider = Decider(ServiceMetrics("bench-decider"), replicas, MemoryStateStore(), publish)
+    decider = Decider(ServiceMetrics("bench-decider"), replicas, pods, MemoryStateStore(), publish)
     scalers = [
         parse_gpuscaler(
             {
@@ -171,7 +206,7 @@ def make_decider(nc: NATS, workloads: int) -> tuple[Decider, list[Decision]]:
         )
         for i in range(workloads)
     ]
-    decider.set_policies(scalers, [])
+    decider.registry.set_policies(scalers, [])
     return decider, published
 
 

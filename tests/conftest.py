@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from gpuscale.apiwarnings import API_WARNINGS, STRICT_ENV
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain
 from gpuscale_kubesim import KubeSim
+
+# In the tests a field the API server drops is an error, here and in every service process
+# the tests start (they inherit the environment): no field may vanish unnoticed.
+os.environ[STRICT_ENV] = "error"
+API_WARNINGS.strict = True
+
+
+@pytest.fixture(autouse=True)
+def no_dropped_fields() -> Iterator[None]:
+    """Fail a test whose code sent a field the (simulated) API server did not keep."""
+    API_WARNINGS.take_dropped()
+    yield
+    dropped = API_WARNINGS.take_dropped()
+    assert not dropped, (
+        f"the API server dropped fields we sent: {[(w.method, w.path, w.text) for w in dropped]}"
+    )
 
 
 @pytest.fixture

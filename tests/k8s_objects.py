@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 def gpu_workload(
@@ -66,3 +69,18 @@ def gpuscaler(
         "metadata": {"name": name, "namespace": namespace},
         "spec": body,
     }
+
+
+FIXTURE_CRDS = Path(__file__).resolve().parent / "fixtures" / "crds"
+
+
+def keda_crd() -> dict[str, Any]:
+    """The ScaledObject CRD: create it where a test means "KEDA is installed"."""
+    crd: dict[str, Any] = yaml.safe_load((FIXTURE_CRDS / "keda-scaledobjects.yaml").read_text())
+    return crd
+
+
+def servicemonitor_crd() -> dict[str, Any]:
+    """The ServiceMonitor CRD: a cluster with the Prometheus Operator has it."""
+    crd: dict[str, Any] = yaml.safe_load((FIXTURE_CRDS / "servicemonitors.yaml").read_text())
+    return crd

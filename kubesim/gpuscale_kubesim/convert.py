@@ -33,8 +33,6 @@ def events_to_core(obj: Obj) -> Obj:
     for new, old in _EVENT_FIELDS.items():
         if new in obj:
             out[old] = copy.deepcopy(obj[new])
-    if "source" not in out and obj.get("reportingController"):
-        out["source"] = {"component": obj["reportingController"]}
     if "involvedObject" not in out:
         out["involvedObject"] = {}
     return out

@@ -187,9 +187,27 @@ def _remove(doc: Any, parts: list[str]) -> Any:
     return doc
 
 
+def media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def unsupported_patch(*, custom: bool) -> ApiError:
+    """415 as the API server words it; custom resources take no strategic merge patch."""
+    types = (
+        [JSON_PATCH, MERGE_PATCH, APPLY_PATCH]
+        if custom
+        else [JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH]
+    )
+    return ApiError(
+        415,
+        f"the body of the request was in an unknown format - accepted media types include: {', '.join(types)}",
+        "UnsupportedMediaType",
+    )
+
+
 def apply_patch(target: Any, patch: Any, content_type: str) -> Any:
     """Apply ``patch`` of ``content_type`` (parameters stripped) to ``target``."""
-    media = content_type.split(";", 1)[0].strip().lower()
+    media = media_type(content_type)
     if media in (MERGE_PATCH, APPLY_PATCH):
         # Server-side apply approximated as a merge: fine for a simulator.
         return merge_patch(target, patch)
@@ -197,8 +215,4 @@ def apply_patch(target: Any, patch: Any, content_type: str) -> Any:
         return strategic_merge_patch(target, patch)
     if media == JSON_PATCH:
         return json_patch(target, patch)
-    raise ApiError(
-        415,
-        f"the body of the request was in an unknown format - accepted media types include: {', '.join(PATCH_TYPES)}",
-        "UnsupportedMediaType",
-    )
+    raise unsupported_patch(custom=False)

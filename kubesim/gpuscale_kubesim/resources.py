@@ -53,6 +53,10 @@ class ResourceDef:
     columns: tuple[Column, ...] = ()
     custom: bool = False  # a custom resource: DELETE answers with the object
     storage: str = ""  # objects shared with another resource (events); default: own
+    # A custom resource's structural schema (its CRD version's openAPIV3Schema).
+    schema: Obj | None = field(default=None, compare=False)
+    # Whether a PUT may omit metadata.resourceVersion (the strategy's AllowUnconditionalUpdate).
+    unconditional_update: bool = True
 
     @property
     def api_version(self) -> str:
@@ -311,6 +315,19 @@ def _images(obj: Obj, _now: float) -> Any:
     return ",".join(c.get("image", "") for c in containers)
 
 
+def _count(path: str) -> Cell:
+    def cell(obj: Obj, _now: float) -> Any:
+        value = json_path(obj, path)
+        return len(value) if isinstance(value, dict) else 0
+
+    return cell
+
+
+def _service_ports(obj: Obj, _now: float) -> Any:
+    ports = json_path(obj, ".spec.ports") or []
+    return ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in ports) or "<none>"
+
+
 # --- built-in kinds ------------------------------------------------------------
 
 
@@ -442,6 +459,7 @@ BUILTINS: tuple[ResourceDef, ...] = (
         "leases",
         "lease",
         "Lease",
+        unconditional_update=False,
         columns=(
             NAME_COLUMN,
             Column("Holder", "string", _path_cell(".spec.holderIdentity", "string"), "Lease holder"),
@@ -468,24 +486,6 @@ BUILTINS: tuple[ResourceDef, ...] = (
         ),
     ),
     ResourceDef(
-        "keda.sh",
-        "v1alpha1",
-        "scaledobjects",
-        "scaledobject",
-        "ScaledObject",
-        short_names=("so",),
-        subresources=frozenset({"status"}),
-        custom=True,
-        columns=(
-            NAME_COLUMN,
-            Column("ScaleTargetKind", "string", _path_cell(".status.scaleTargetKind", "string"), "Kind"),
-            Column("ScaleTargetName", "string", _path_cell(".spec.scaleTargetRef.name", "string"), "Name"),
-            Column("Min", "integer", _path_cell(".spec.minReplicaCount", "integer"), "Min replicas"),
-            Column("Max", "integer", _path_cell(".spec.maxReplicaCount", "integer"), "Max replicas"),
-            AGE_COLUMN,
-        ),
-    ),
-    ResourceDef(
         "apiextensions.k8s.io",
         "v1",
         "customresourcedefinitions",
@@ -494,10 +494,98 @@ BUILTINS: tuple[ResourceDef, ...] = (
         namespaced=False,
         short_names=("crd", "crds"),
         subresources=frozenset({"status"}),
+        unconditional_update=False,
         columns=(
             NAME_COLUMN,
             Column("Created At", "date", _path_cell(".metadata.creationTimestamp", "string")),
         ),
+    ),
+    _core(
+        "secrets",
+        "secret",
+        "Secret",
+        columns=(
+            NAME_COLUMN,
+            Column("Type", "string", _path_cell(".type", "string"), "The type of the secret"),
+            Column("Data", "string", _count(".data"), "The number of keys"),
+            AGE_COLUMN,
+        ),
+    ),
+    _core(
+        "configmaps",
+        "configmap",
+        "ConfigMap",
+        short_names=("cm",),
+        columns=(
+            NAME_COLUMN,
+            Column("Data", "string", _count(".data"), "The number of keys"),
+            AGE_COLUMN,
+        ),
+    ),
+    _core(
+        "services",
+        "service",
+        "Service",
+        short_names=("svc",),
+        subresources=frozenset({"status"}),
+        categories=("all",),
+        columns=(
+            NAME_COLUMN,
+            Column("Type", "string", _path_cell(".spec.type", "string"), "The service type"),
+            Column("Cluster-IP", "string", _path_cell(".spec.clusterIP", "string"), "The cluster IP"),
+            Column("External-IP", "string", lambda _o, _n: "<none>", "External IPs"),
+            Column("Port(s)", "string", _service_ports, "The service ports"),
+            AGE_COLUMN,
+        ),
+    ),
+    _core("serviceaccounts", "serviceaccount", "ServiceAccount", short_names=("sa",)),
+    _core("endpoints", "endpoints", "Endpoints", short_names=("ep",)),
+    ResourceDef(
+        "apps",
+        "v1",
+        "daemonsets",
+        "daemonset",
+        "DaemonSet",
+        short_names=("ds",),
+        subresources=frozenset({"status"}),
+        categories=("all",),
+        columns=(
+            NAME_COLUMN,
+            Column("Desired", "integer", _int(".status.desiredNumberScheduled"), "Desired pods"),
+            Column("Current", "integer", _int(".status.currentNumberScheduled"), "Current pods"),
+            Column("Ready", "integer", _int(".status.numberReady"), "Ready pods"),
+            AGE_COLUMN,
+        ),
+    ),
+    ResourceDef(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        "PodDisruptionBudget",
+        short_names=("pdb",),
+        subresources=frozenset({"status"}),
+        columns=(
+            NAME_COLUMN,
+            Column("Min Available", "string", _path_cell(".spec.minAvailable", "string"), "Min available"),
+            Column(
+                "Max Unavailable", "string", _path_cell(".spec.maxUnavailable", "string"), "Max unavailable"
+            ),
+            AGE_COLUMN,
+        ),
+    ),
+    ResourceDef("rbac.authorization.k8s.io", "v1", "roles", "role", "Role"),
+    ResourceDef("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding"),
+    ResourceDef(
+        "rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", namespaced=False
+    ),
+    ResourceDef(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        namespaced=False,
     ),
 )
 
@@ -546,6 +634,8 @@ def from_crd(crd: Obj) -> list[ResourceDef]:
                 custom=True,
                 # All versions of one CRD share their objects.
                 storage=f"{group}/{plural}",
+                schema=((version.get("schema") or {}).get("openAPIV3Schema") or None),
+                unconditional_update=False,
             )
         )
     return defs
@@ -556,6 +646,7 @@ class Registry:
     """The kinds being served, by (group, version, plural)."""
 
     defs: dict[tuple[str, str, str], ResourceDef] = field(default_factory=dict)
+    generation: int = 0  # grows on every change: OpenAPI documents are cached per generation
 
     @classmethod
     def with_builtins(cls) -> Registry:
@@ -566,10 +657,12 @@ class Registry:
 
     def add(self, d: ResourceDef) -> None:
         self.defs[(d.group, d.version, d.plural)] = d
+        self.generation += 1
 
     def remove_group_plural(self, group: str, plural: str) -> None:
         for key in [k for k in self.defs if k[0] == group and k[2] == plural]:
             del self.defs[key]
+        self.generation += 1
 
     def get(self, group: str, version: str, plural: str) -> ResourceDef | None:
         return self.defs.get((group, version, plural))

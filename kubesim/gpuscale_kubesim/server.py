@@ -19,9 +19,11 @@ import yaml
 from aiohttp import web
 
 from gpuscale.logging import get_logger
-from gpuscale_kubesim import tables
+from gpuscale_kubesim import openapi, openapi_proto, tables
+from gpuscale_kubesim.checks import WriteOptions
 from gpuscale_kubesim.errors import ApiError, bad_request, status_body
 from gpuscale_kubesim.faults import Faults
+from gpuscale_kubesim.patch import PATCH_TYPES, unsupported_patch
 from gpuscale_kubesim.resources import ResourceDef
 from gpuscale_kubesim.selectors import field_selector, label_selector
 from gpuscale_kubesim.store import Store
@@ -101,10 +103,19 @@ class Target:
     subresource: str
 
 
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(
+def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    response = web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(), status=status, content_type="application/json"
     )
+    for text in warnings or ():
+        # RFC 7234 warn-code 299 ("Miscellaneous persistent warning"), as the API server sends it.
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{escaped}"')
+    return response
+
+
+BODY_TYPES = ("application/json", "application/yaml")
+PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
 def error_response(err: ApiError) -> web.Response:
@@ -132,6 +143,9 @@ class ApiServer:
         self.log = get_logger(component="kube-sim-api")
         self.stopping = asyncio.Event()
         self.requests = 0
+        self._openapi_cache: dict[tuple[str, str, str], Obj] = {}
+        self._openapi_generation = -1
+        self._openapi_proto: dict[int, bytes] = {}
 
     def build_app(self, extra_routes: Callable[[web.Application], None] | None = None) -> web.Application:
         app = web.Application(
@@ -205,6 +219,9 @@ class ApiServer:
         parts = [p for p in request.path.split("/") if p]
         if parts[:2] == ["openapi", "v3"] and request.method == "GET":
             return self._openapi_v3(parts[2:])
+        if parts == ["openapi", "v2"] and request.method == "GET":
+            return self._openapi_v2(request)
+        _check_accept(request)
         if not parts or parts[0] not in ("api", "apis"):
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
         if parts[0] == "api":
@@ -334,22 +351,52 @@ class ApiServer:
             }
         )
 
-    # --- OpenAPI v3 (just enough for kubectl) ---------------------------------
+    # --- OpenAPI ------------------------------------------------------------------
+
+    def _openapi_cached(self, key: tuple[str, str, str]) -> Obj:
+        """One OpenAPI document, built once per change of the served kinds."""
+        generation = self.store.registry.generation
+        if self._openapi_generation != generation:
+            self._openapi_cache.clear()
+            self._openapi_generation = generation
+        doc = self._openapi_cache.get(key)
+        if doc is None:
+            which, group, version = key
+            if which == "v2":
+                rds = list(self.store.registry.defs.values())
+                doc = openapi.v2_document(rds, K8S_VERSION["gitVersion"])
+            else:
+                rds = list(self.store.registry.in_group_version(group, version))
+                doc = openapi.v3_document(rds, K8S_VERSION["gitVersion"])
+            self._openapi_cache[key] = doc
+        return doc
+
+    def _openapi_v2(self, request: web.Request) -> web.Response:
+        """JSON, or the protobuf Document client-go asks for first."""
+        accept = request.headers.get("Accept", "")
+        doc = self._openapi_cached(("v2", "", ""))
+        if openapi_proto.ACCEPT in accept:
+            body = self._openapi_proto.get(self._openapi_generation)
+            if body is None:
+                body = openapi_proto.document(doc)
+                self._openapi_proto = {self._openapi_generation: body}
+            return web.Response(body=body, headers={"Content-Type": openapi_proto.CONTENT_TYPE})
+        if accept and "json" not in accept and "*/*" not in accept:
+            raise ApiError(
+                406, "only the following media types are accepted: application/json", "NotAcceptable"
+            )
+        return _json(doc)
 
     def _openapi_v3(self, rest: list[str]) -> web.Response:
-        """The index and per-group-version documents kubectl reads.
-
-        kubectl asks whether PATCH takes ``fieldValidation`` (then the server
-        validates and kubectl skips its own schema download); a document
-        that says so, with no schemas, is all ``kubectl create -f`` needs.
-        """
+        """The index and the per-group-version documents (what kubectl explain and apply read)."""
         groups = self.store.registry.groups()
         if not rest:
             index: dict[str, Obj] = {}
             for group, versions in groups.items():
                 for version in versions:
                     key = f"apis/{group}/{version}" if group else f"api/{version}"
-                    index[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash=kube-sim-{self.store.rv}"}
+                    doc = self._openapi_cached(("v3", group, version))
+                    index[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={openapi.content_hash(doc)}"}
             return _json({"paths": index})
         if rest[0] == "api" and len(rest) == 2:
             group, version = "", rest[1]
@@ -357,62 +404,25 @@ class ApiServer:
             group, version = rest[1], rest[2]
         else:
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
-        defs = list(self.store.registry.in_group_version(group, version))
-        if not defs:
+        if version not in groups.get(group, []):
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
-        prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        paths: Obj = {}
-        for d in defs:
-            scope = (
-                f"{prefix}/namespaces/{{namespace}}/{d.plural}" if d.namespaced else f"{prefix}/{d.plural}"
-            )
-            paths[f"{scope}/{{name}}"] = {
-                "patch": {
-                    "operationId": f"patch{d.kind}",
-                    "x-kubernetes-group-version-kind": {
-                        "group": d.group,
-                        "version": d.version,
-                        "kind": d.kind,
-                    },
-                    "x-kubernetes-action": "patch",
-                    "parameters": [
-                        {
-                            "name": "fieldValidation",
-                            "in": "query",
-                            "schema": {"type": "string", "uniqueItems": True},
-                        },
-                        {
-                            "name": "fieldManager",
-                            "in": "query",
-                            "schema": {"type": "string", "uniqueItems": True},
-                        },
-                    ],
-                    "responses": {"200": {"description": "OK"}},
-                }
-            }
-        return _json(
-            {
-                "openapi": "3.0.0",
-                "info": {"title": "Kubernetes (kube-sim)", "version": K8S_VERSION["gitVersion"]},
-                "paths": paths,
-                "components": {"schemas": {}},
-            }
-        )
+        return _json(self._openapi_cached(("v3", group, version)))
 
     # --- resources --------------------------------------------------------------
 
     async def _serve(self, request: web.Request, t: Target, raw: bytes) -> web.StreamResponse:
         method = request.method
         store = self.store
+        opts = WriteOptions(request.query.get("fieldValidation") or "Warn")
         if t.name is None:
             if method == "GET":
                 if _is_true(request.query.get("watch")):
                     return await self._watch(request, t)
                 return self._list(request, t)
             if method == "POST":
-                created = store.create(t.rd, t.namespace, _body(request, raw))
+                created = store.create(t.rd, t.namespace, _body(request, raw), opts)
                 self.log.debug("object_created", kind=t.rd.kind, name=created["metadata"]["name"])
-                return _json(created, 201)
+                return _json(created, 201, opts.warnings)
             if method == "DELETE":
                 return self._delete_collection(request, t)
             raise ApiError(405, "the server does not allow this method on the requested resource")
@@ -423,7 +433,9 @@ class ApiServer:
                 return _json(store.replace_scale(t.rd, t.namespace, t.name, _body(request, raw)))
             if method == "PATCH":
                 return _json(
-                    store.patch_scale(t.rd, t.namespace, t.name, _body(request, raw), request.content_type)
+                    store.patch_scale(
+                        t.rd, t.namespace, t.name, _patch_body(request, raw), request.content_type
+                    )
                 )
             raise ApiError(405, "the server does not allow this method on the requested resource")
         if method == "GET":
@@ -434,9 +446,10 @@ class ApiServer:
                 return _json(self._table(request, t.rd, [obj], obj["metadata"].get("resourceVersion", "")))
             return _json(obj)
         if method == "PUT":
-            return _json(store.replace(t.rd, t.namespace, t.name, _body(request, raw), t.subresource))
+            replaced = store.replace(t.rd, t.namespace, t.name, _body(request, raw), t.subresource, opts)
+            return _json(replaced, 200, opts.warnings)
         if method == "PATCH":
-            body = _body(request, raw)
+            body = _patch_body(request, raw)
             if request.content_type == "application/apply-patch+yaml" and not t.subresource:
                 try:
                     store.get(t.rd, t.namespace, t.name)
@@ -445,8 +458,9 @@ class ApiServer:
                         raise
                     # Server-side apply creates what is missing.
                     body.setdefault("metadata", {})["name"] = t.name
-                    return _json(store.create(t.rd, t.namespace, body), 201)
-            return _json(store.patch(t.rd, t.namespace, t.name, body, request.content_type, t.subresource))
+                    return _json(store.create(t.rd, t.namespace, body, opts), 201, opts.warnings)
+            patched = store.patch(t.rd, t.namespace, t.name, body, request.content_type, t.subresource, opts)
+            return _json(patched, 200, opts.warnings)
         if method == "DELETE":
             if t.subresource:
                 raise ApiError(405, "the server does not allow this method on the requested resource")
@@ -462,16 +476,21 @@ class ApiServer:
         self.store.check_list_rv(
             request.query.get("resourceVersion"), request.query.get("resourceVersionMatch")
         )
-        items, rv = self.store.list(t.rd, t.namespace, self._predicate(request))
+        limit = _int(request.query.get("limit"))
+        page = self.store.list_page(
+            t.rd, t.namespace, self._predicate(request), limit, request.query.get("continue") or None
+        )
+        meta: Obj = {"resourceVersion": page.resource_version}
+        if page.continue_token:
+            meta["continue"] = page.continue_token
+        if page.remaining is not None:
+            meta["remainingItemCount"] = page.remaining
         if tables.wants_table(request.headers.get("Accept", "")):
-            return _json(self._table(request, t.rd, items, rv))
+            table = self._table(request, t.rd, page.items, page.resource_version)
+            table["metadata"] = meta
+            return _json(table)
         return _json(
-            {
-                "kind": t.rd.list_kind,
-                "apiVersion": t.rd.api_version,
-                "metadata": {"resourceVersion": rv},
-                "items": items,
-            }
+            {"kind": t.rd.list_kind, "apiVersion": t.rd.api_version, "metadata": meta, "items": page.items}
         )
 
     def _table(self, request: web.Request, rd: ResourceDef, items: list[Obj], rv: str) -> Obj:
@@ -586,15 +605,61 @@ def _float(value: str | None) -> float | None:
         raise bad_request(f"invalid number {value!r}") from None
 
 
-def _body(request: web.Request, raw: bytes) -> Any:
-    if not raw:
-        raise bad_request("the request needs a body")
-    if request.content_type in ("application/yaml", "application/apply-patch+yaml"):
+def _int(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise bad_request(f"invalid integer {value!r}") from None
+
+
+def _check_accept(request: web.Request) -> None:
+    """406 for a client that takes nothing kube-sim writes (protobuf only)."""
+    accept = request.headers.get("Accept", "")
+    if not accept:
+        return
+    kinds = [part.split(";", 1)[0].strip().lower() for part in accept.split(",")]
+    if any(k in ("*/*", "application/*") or "json" in k or "yaml" in k for k in kinds):
+        return
+    raise ApiError(
+        406,
+        "only the following media types are accepted: application/json, application/yaml, "
+        "application/json;stream=watch",
+        "NotAcceptable",
+    )
+
+
+def _parse(request: web.Request, raw: bytes, media: str) -> Any:
+    if media in ("application/yaml", "application/apply-patch+yaml"):
         try:
             return yaml.safe_load(raw)
         except yaml.YAMLError as e:
             raise bad_request(f"the request body is not valid YAML: {e}") from None
     return json.loads(raw)
+
+
+def _body(request: web.Request, raw: bytes) -> Any:
+    """A create or update body: JSON or YAML; protobuf and the rest are 415 here."""
+    if not raw:
+        raise bad_request("the request needs a body")
+    media = request.content_type.lower()
+    if media not in BODY_TYPES:
+        raise ApiError(
+            415,
+            f"the body of the request was in an unknown format - accepted media types include: {', '.join(BODY_TYPES)}",
+            "UnsupportedMediaType",
+        )
+    return _parse(request, raw, media)
+
+
+def _patch_body(request: web.Request, raw: bytes) -> Any:
+    media = request.content_type.lower()
+    if media not in PATCH_TYPES:
+        raise unsupported_patch(custom=False)
+    if not raw:
+        raise bad_request("the request needs a body")
+    return _parse(request, raw, media)
 
 
 def _optional_body(raw: bytes) -> Obj:

@@ -22,6 +22,7 @@ import yaml
 from aiohttp import web
 
 from gpuscale.logging import get_logger
+from gpuscale.simfeed import NODE_GPUS_PATH
 from gpuscale_kubesim import load as loadmod
 from gpuscale_kubesim import scenarios
 from gpuscale_kubesim.cluster import ClusterPlayer
@@ -122,7 +123,7 @@ class KubeSim:
         if self.scenario == "demo":
             self.set_load(scenarios.DEMO_NAMESPACE, scenarios.DEMO_WORKLOAD, self.profile)
         # The scenario's workloads were running before the simulation began.
-        self.cluster.settle(self.cluster.monotonic())
+        self.cluster.settle(self.cluster.now())
         app = self.api.build_app(self._add_sim_routes)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -226,12 +227,13 @@ class KubeSim:
         return self.cluster.load_of(namespace, name)
 
     def node_gpus(self, node: str) -> Obj:
-        return self.cluster.node_gpus(node)
+        """The simulated-GPU feed of ``node`` (:class:`gpuscale.simfeed.NodeGpus`) as JSON."""
+        return self.cluster.node_gpus(node).to_json()
 
     # --- /sim/v1 ----------------------------------------------------------------
 
     def _add_sim_routes(self, app: web.Application) -> None:
-        app.router.add_get("/sim/v1/nodes/{node}/gpus", self._sim_node_gpus)
+        app.router.add_get(NODE_GPUS_PATH, self._sim_node_gpus)
         app.router.add_get("/sim/v1/workloads", self._sim_workloads)
         app.router.add_put("/sim/v1/workloads/{namespace}/{name}/load", self._sim_set_load)
         app.router.add_get("/sim/v1/faults", self._sim_faults_list)

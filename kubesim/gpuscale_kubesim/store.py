@@ -10,8 +10,10 @@ history that watches replay from (older than the history: 410 Gone).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
+import json
 import random
 import time
 import uuid
@@ -21,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscale.labels import selector_string
-from gpuscale_kubesim import convert, patch
+from gpuscale_kubesim import checks, convert, patch
+from gpuscale_kubesim.checks import WriteOptions
 from gpuscale_kubesim.errors import ApiError, already_exists, bad_request, conflict, gone, invalid, not_found
 from gpuscale_kubesim.resources import Registry, ResourceDef, format_time, from_crd
 from gpuscale_kubesim.selectors import Predicate
@@ -160,6 +163,7 @@ class Store:
         self.watchers: set[Watcher] = set()
         self.listeners: list[Callable[[Change], None]] = []
         self._dry = False
+        self._cluster_ips = 9  # the first Services get 10.96.0.11, ...
 
     # --- plumbing ---------------------------------------------------------------
 
@@ -236,6 +240,48 @@ class Store:
             items.append(self._out(rd, obj))
         return items, str(self.rv)
 
+    def list_page(
+        self,
+        rd: ResourceDef,
+        namespace: str | None,
+        predicate: Predicate | None,
+        limit: int | None,
+        continue_token: str | None,
+    ) -> Page:
+        """One chunk of a list (``limit``/``continue``), as etcd3's store pages.
+
+        The token carries the first chunk's resourceVersion and the last key
+        served; a token older than the compacted history is 410 Expired.
+        """
+        start = ""
+        list_rv = self.rv
+        if continue_token:
+            list_rv, start = _decode_continue(continue_token)
+            if list_rv < self._compacted_rv:
+                raise ApiError(
+                    410,
+                    "The provided continue parameter is too old to display a consistent list result. "
+                    "You can start a new list without the continue parameter, or use the continue token "
+                    "in this response to retrieve the remainder of the results. Continuing with the "
+                    "provided token results in an inconsistent list - objects that were created, modified, "
+                    "or deleted between the time the first chunk was returned and now may show up in the list.",
+                    "Expired",
+                )
+        matched: list[tuple[str, Obj]] = []
+        for (ns, name), obj in sorted(self._objects(rd).items()):
+            key = f"{ns}/{name}"
+            if start and key <= start:
+                continue
+            if rd.namespaced and namespace is not None and ns != namespace:
+                continue
+            if predicate is not None and not predicate(obj):
+                continue
+            matched.append((key, obj))
+        page = matched if not limit or limit <= 0 else matched[:limit]
+        rest = len(matched) - len(page)
+        token = _encode_continue(list_rv, page[-1][0]) if rest > 0 else ""
+        return Page([self._out(rd, o) for _, o in page], str(list_rv), token, rest if rest > 0 else None)
+
     def raw_items(self, rd: ResourceDef) -> Iterable[Obj]:
         """The stored objects themselves (read-only use by the cluster player)."""
         return list(self._objects(rd).values())
@@ -298,10 +344,15 @@ class Store:
 
     # --- writes -----------------------------------------------------------------
 
-    def create(self, rd: ResourceDef, namespace: str | None, body: Obj) -> Obj:
+    def create(
+        self, rd: ResourceDef, namespace: str | None, body: Obj, opts: WriteOptions | None = None
+    ) -> Obj:
+        opts = opts or WriteOptions()
         if not isinstance(body, dict):
             raise bad_request("the body of a create must be a JSON object")
-        obj = convert.to_storage(rd.api_version, rd.kind, copy.deepcopy(body))
+        given = copy.deepcopy(body)
+        checks.decode(rd, given, opts)
+        obj = convert.to_storage(rd.api_version, rd.kind, given)
         obj["apiVersion"], obj["kind"] = rd.api_version, rd.kind
         if rd.store_key == "events":
             obj["apiVersion"] = "v1"
@@ -314,16 +365,16 @@ class Store:
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             meta["namespace"] = namespace or given_ns or "default"
+            self._require_namespace(str(meta["namespace"]))
         else:
             meta.pop("namespace", None)
-        if not meta.get("name"):
-            if meta.get("generateName"):
-                meta["name"] = str(meta["generateName"]) + random_suffix(rng=self.rng)
-            else:
-                raise invalid(rd.kind, rd.group, "", "metadata.name", "name or generateName is required")
-        key = self._key(rd, meta.get("namespace"), meta["name"])
-        if key in self._objects(rd):
-            raise already_exists(rd.group_resource, meta["name"])
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = str(meta["generateName"]) + random_suffix(rng=self.rng)
+        name = str(meta.get("name") or "")
+        if name:
+            key = self._key(rd, meta.get("namespace"), name)
+            if key in self._objects(rd):
+                raise already_exists(rd.group_resource, name)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = format_time(self.clock())
         meta["generation"] = 1
@@ -334,25 +385,54 @@ class Store:
             "managedFields",
         ):
             meta.pop(transient, None)
-        _apply_defaults(rd, obj)
+        _apply_defaults(rd, obj, self)
+        checks.default(rd, obj)
+        checks.validate(rd, obj, None, events_api=rd.api_version == "events.k8s.io/v1")
         if rd.group == "apiextensions.k8s.io" and rd.kind == "CustomResourceDefinition" and not self._dry:
             self._register_crd(obj)
         self._write(rd, obj, None)
         return self._out(rd, obj)
 
+    def _require_namespace(self, namespace: str) -> None:
+        """The NamespaceLifecycle admission plugin: no object in a namespace that does not exist."""
+        rd_ns = self.registry.get("", "v1", "namespaces")
+        if rd_ns is None:
+            return
+        ns = self._objects(rd_ns).get(("", namespace))
+        if ns is None:
+            raise not_found("namespaces", namespace)
+        if ns["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                f"unable to create new content in namespace {namespace} because it is being terminated",
+                "Forbidden",
+                {"name": namespace, "kind": "namespaces"},
+            )
+
     def replace(
-        self, rd: ResourceDef, namespace: str | None, name: str, body: Obj, subresource: str = ""
+        self,
+        rd: ResourceDef,
+        namespace: str | None,
+        name: str,
+        body: Obj,
+        subresource: str = "",
+        opts: WriteOptions | None = None,
     ) -> Obj:
+        opts = opts or WriteOptions()
         if not isinstance(body, dict):
             raise bad_request("the body of an update must be a JSON object")
         current = self._find(rd, namespace, name)
-        body_name = (body.get("metadata") or {}).get("name")
+        given = copy.deepcopy(body)
+        checks.decode(rd, given, opts)
+        meta_in = given.get("metadata") or {}
+        body_name = meta_in.get("name")
         if body_name and body_name != name:
             raise bad_request(
                 f"the name of the object ({body_name}) does not match the name on the URL ({name})"
             )
-        self._check_rv(rd, current, (body.get("metadata") or {}).get("resourceVersion"))
-        incoming = convert.to_storage(rd.api_version, rd.kind, copy.deepcopy(body))
+        checks.require_resource_version(rd, name, meta_in.get("resourceVersion"))
+        self._check_rv(rd, current, meta_in.get("resourceVersion"))
+        incoming = convert.to_storage(rd.api_version, rd.kind, given)
         return self._out(rd, self._update(rd, current, incoming, subresource))
 
     def patch(
@@ -363,10 +443,14 @@ class Store:
         body: Any,
         content_type: str,
         subresource: str = "",
+        opts: WriteOptions | None = None,
     ) -> Obj:
+        opts = opts or WriteOptions()
         current = self._find(rd, namespace, name)
         if subresource == "scale":
             return self.patch_scale(rd, namespace, name, body, content_type)
+        if rd.custom and patch.media_type(content_type) == patch.STRATEGIC_MERGE_PATCH:
+            raise patch.unsupported_patch(custom=True)
         view = self._out(rd, current)
         patched = patch.apply_patch(view, body, content_type)
         if not isinstance(patched, dict):
@@ -377,6 +461,7 @@ class Store:
         # A patch that sets a resourceVersion (merge or JSON patch) makes it a precondition: stale means 409.
         patched_rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
         self._check_rv(rd, current, patched_rv)
+        checks.decode(rd, patched, opts)
         incoming = convert.to_storage(rd.api_version, rd.kind, patched)
         incoming.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self._out(rd, self._update(rd, current, incoming, subresource))
@@ -408,11 +493,19 @@ class Store:
                     meta[mutable] = meta_in[mutable]
                 else:
                     meta.pop(mutable, None)
-        _apply_defaults(rd, new)
+        _apply_defaults(rd, new, self)
+        checks.default(rd, new)
         if _spec_part(new) != _spec_part(current):
             new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
         if new == current:
             return current  # a no-op write changes nothing, not even the resourceVersion
+        checks.validate(rd, new, current, events_api=rd.api_version == "events.k8s.io/v1")
+        if rd.group == "apiextensions.k8s.io" and rd.kind == "CustomResourceDefinition" and not self._dry:
+            self.registry.remove_group_plural(
+                str((current.get("spec") or {}).get("group", "")),
+                str(((current.get("spec") or {}).get("names") or {}).get("plural", "")),
+            )
+            self._register_crd(new)
         self._write(rd, new, current)
         finalized = new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers")
         if finalized and not (rd.group == "" and rd.plural == "pods"):
@@ -568,6 +661,12 @@ class Store:
             self._write(rd, new, current)
         return self._scale_of(new)
 
+    def allocate_cluster_ip(self) -> str:
+        """The next free address of the service CIDR (10.96.0.0/16; .1 is the kubernetes Service)."""
+        self._cluster_ips += 1
+        n = self._cluster_ips + 1
+        return f"10.96.{n // 256}.{n % 256}"
+
     # --- CRDs -------------------------------------------------------------------
 
     def _register_crd(self, crd: Obj) -> None:
@@ -602,6 +701,35 @@ class Store:
         self.registry.remove_group_plural(group, plural)
 
 
+@dataclass(frozen=True)
+class Page:
+    items: list[Obj]
+    resource_version: str
+    continue_token: str  # "" on the last chunk
+    remaining: int | None
+
+
+def _encode_continue(rv: int, start: str) -> str:
+    doc = {"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\u0000"}
+    return base64.urlsafe_b64encode(json.dumps(doc, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        doc = json.loads(raw)
+        if not isinstance(doc, dict) or doc.get("v") != "meta.k8s.io/v1":
+            raise ValueError("unknown token version")
+        rv, start = int(doc["rv"]), str(doc["start"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise bad_request(f"continue key is not valid: {e}") from None
+    if rv <= 0:
+        raise bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+        )
+    return rv, start.rstrip("\u0000")
+
+
 def _as_int(text: str) -> int:
     try:
         return int(text)
@@ -609,8 +737,8 @@ def _as_int(text: str) -> int:
         raise bad_request(f"invalid resource version {text!r}") from None
 
 
-def _apply_defaults(rd: ResourceDef, obj: Obj) -> None:
-    """The few defaults the cluster player and clients rely on."""
+def _apply_defaults(rd: ResourceDef, obj: Obj, store: Store | None = None) -> None:
+    """The built-in defaults the cluster player and clients rely on (SetDefaults_*)."""
     if rd.group == "apps" and rd.kind in ("Deployment", "StatefulSet", "ReplicaSet"):
         spec = obj.setdefault("spec", {})
         if spec.get("replicas") is None:
@@ -625,9 +753,6 @@ def _apply_defaults(rd: ResourceDef, obj: Obj) -> None:
         if rd.kind == "StatefulSet":
             spec.setdefault("podManagementPolicy", "OrderedReady")
             spec.setdefault("serviceName", "")
-        template_labels = (((spec.get("template") or {}).get("metadata") or {}).get("labels")) or {}
-        if not spec.get("selector") and template_labels:
-            spec["selector"] = {"matchLabels": dict(template_labels)}
         obj.setdefault("status", {})
     elif rd.group == "" and rd.kind == "Pod":
         spec = obj.setdefault("spec", {})
@@ -640,3 +765,17 @@ def _apply_defaults(rd: ResourceDef, obj: Obj) -> None:
     elif rd.group == "" and rd.kind == "Namespace":
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj.setdefault("status", {"phase": "Active"})
+    elif rd.group == "" and rd.kind == "Secret":
+        obj.setdefault("type", "Opaque")
+    elif rd.group == "" and rd.kind == "Service":
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+        if spec.get("type") != "ExternalName" and not spec.get("clusterIP") and store is not None:
+            spec["clusterIP"] = store.allocate_cluster_ip()
+        if spec.get("clusterIP"):
+            spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        for port in spec.get("ports") or []:
+            if isinstance(port, dict):
+                port.setdefault("protocol", "TCP")
+                port.setdefault("targetPort", port.get("port"))

@@ -61,6 +61,10 @@ class EmbeddedNats:
         log_file: str | None = None,
     ) -> None:
         self.host = host
+        # Ports we picked may be taken by another process between the pick and
+        # the server's bind (a busy machine runs many suites): the first start
+        # then retries on fresh ones. A restart keeps the port clients know.
+        self._may_repick = port is None
         self.port = port or free_port(host)
         self.monitor_port = free_port(host)
         self.jetstream = jetstream
@@ -87,6 +91,16 @@ class EmbeddedNats:
     def start(self, timeout_s: float = 10.0) -> EmbeddedNats:
         if self._proc is not None and self._proc.poll() is None:
             return self
+        for attempt in range(3):
+            try:
+                return self._start_once(timeout_s)
+            except NatsServerError:
+                if not self._may_repick or attempt == 2:
+                    raise
+                self.port, self.monitor_port = free_port(self.host), free_port(self.host)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _start_once(self, timeout_s: float) -> EmbeddedNats:
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
         self._proc = subprocess.Popen(self._args(), stdout=out, stderr=out)  # noqa: S603 - our own binary, fixed args
         deadline = time.monotonic() + timeout_s
@@ -100,6 +114,7 @@ class EmbeddedNats:
                     f"http://{self.host}:{self.monitor_port}/healthz{query}", timeout=0.5
                 ) as resp:
                     if json.loads(resp.read()).get("status") == "ok":
+                        self._may_repick = False  # from now on clients know this port
                         return self
             except (OSError, ValueError) as e:
                 last_error = str(e)

@@ -12,6 +12,9 @@
 - :func:`retry_with_backoff`: exponential backoff with full jitter.
 - :func:`record_event`: a Kubernetes Event on the target, as ``kubectl
   describe`` shows it.
+- every ``Warning`` header of an answer goes to :data:`gpuscale.apiwarnings.API_WARNINGS`
+  (counted, logged once); one saying the server dropped fields we sent is
+  :class:`FieldsDropped` where warnings are strict (the tests).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from gpuscale.aio import sleep_unless_stopped
+from gpuscale.apiwarnings import API_WARNINGS, parse_warning_header
 from gpuscale.labels import selector_string
+from gpuscale.names import target_problems
 from gpuscale.timefmt import format_micro_time, format_time, parse_time
 from gpuscale.wire import ScaleTargetRef
 
@@ -44,6 +49,7 @@ __all__ = [
     "REPLICAS_IN_SPEC",
     "BadRequest",
     "Conflict",
+    "FieldsDropped",
     "Forbidden",
     "KubeError",
     "NotFound",
@@ -56,6 +62,7 @@ __all__ = [
     "Unreachable",
     "backoff_delay",
     "error_from_response",
+    "event_note",
     "format_micro_time",
     "format_time",
     "new_api_client",
@@ -147,6 +154,15 @@ class ServerError(KubeError):
     retryable = True
 
 
+class FieldsDropped(KubeError):
+    """The write succeeded but the server dropped fields it does not know (its ``Warning``
+    said ``unknown field "..."``): only raised where warnings are strict. ``fields`` names them."""
+
+    def __init__(self, status: int, warnings: list[str]) -> None:
+        super().__init__(status, "; ".join(warnings), reason="FieldsDropped")
+        self.fields = [w.removeprefix("unknown field ").strip('"') for w in warnings]
+
+
 class Unreachable(KubeError):
     """No HTTP answer at all: refused, reset, DNS, TLS or timeout."""
 
@@ -236,6 +252,7 @@ async def request_json(
             raw = await response.read()
             status = int(response.status)
             resp_headers = {str(k): str(v) for k, v in response.headers.items()}
+            warnings = [parse_warning_header(str(v)) for v in response.headers.getall("Warning", [])]
         finally:
             response.release()
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
@@ -243,6 +260,9 @@ async def request_json(
     text = raw.decode("utf-8", errors="replace")
     if not 200 <= status <= 299:
         raise error_from_response(status, text, resp_headers)
+    dropped = API_WARNINGS.record(method, path, warnings) if warnings else []
+    if dropped and API_WARNINGS.strict:
+        raise FieldsDropped(status, [w.text for w in dropped])
     if not text.strip():
         return {}
     try:
@@ -343,6 +363,9 @@ class ScaleClient:
         raise NotFound(404, f"the API server serves no kind {ref.kind} in {ref.api_version}")
 
     async def object_path(self, ref: ScaleTargetRef) -> str:
+        problems = target_problems(ref.namespace, ref.api_version, ref.kind, ref.name)
+        if problems:  # never let a name become another path, a query or a fragment
+            raise BadRequest(400, f"not a Kubernetes object: {'; '.join(problems)}", reason="Invalid")
         plural = await self.plural(ref)
         return f"{_api_prefix(ref.group, ref.version)}/namespaces/{ref.namespace}/{plural}/{ref.name}"
 
@@ -437,6 +460,22 @@ async def retry_with_backoff(
 # --- time and events ---------------------------------------------------------
 
 
+EVENT_NOTE_MAX_BYTES: Final = 1024  # the API server's NoteLengthLimit: len() of a Go string, so bytes
+
+
+def event_note(message: str, max_bytes: int = EVENT_NOTE_MAX_BYTES) -> str:
+    """``message`` cut to at most ``max_bytes`` of UTF-8, never inside a character
+    (reasons carry ``×`` and other multi-byte signs); a cut note ends in ``…``."""
+    if len(message.encode()) <= max_bytes:
+        return message
+    return truncate_utf8(message, max_bytes - len("…".encode())) + "…"
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """The longest prefix of ``text`` that is at most ``max_bytes`` of UTF-8."""
+    return text.encode()[:max_bytes].decode("utf-8", errors="ignore")
+
+
 def _event_name(target_name: str, now: float) -> str:
     # client-go's scheme: <object>.<hex nanoseconds>, unique per emitter and moment.
     return f"{target_name}.{int(now * 1e9):x}"[:253]
@@ -473,14 +512,14 @@ async def record_event(
         regarding["uid"] = uid
     name = _event_name(ref.name, now)
     instance = reporting_instance or f"{reporting_controller}-{os.getpid()}"
-    note = message[:1024]  # the API server caps an Event's note at 1 kB
+    note = event_note(message)
     event = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {"name": name, "namespace": ref.namespace},
         "eventTime": format_micro_time(now),
         "reportingController": reporting_controller,
-        "reportingInstance": instance[:128],
+        "reportingInstance": truncate_utf8(instance, 128),
         "action": action,
         "reason": reason,
         "note": note,
@@ -506,7 +545,7 @@ async def record_event(
         "lastTimestamp": format_time(now),
         "count": 1,
         "reportingComponent": reporting_controller,
-        "reportingInstance": instance[:128],
+        "reportingInstance": truncate_utf8(instance, 128),
         "action": action,
     }
     return await request_json(api, "POST", f"/api/v1/namespaces/{ref.namespace}/events", core_event)

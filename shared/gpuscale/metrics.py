@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterator
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuscale.apiwarnings import API_WARNINGS
 from gpuscale.logging import get_logger
 
 
@@ -38,6 +43,17 @@ class ServiceMetrics:
         self.nats_disconnects = Counter(
             "gpuscale_nats_disconnects_total", "Disconnections from NATS", registry=self.registry
         )
+        self.nats_errors = Counter(
+            "gpuscale_nats_errors_total",
+            "Errors reported by the NATS client, by type",
+            ["error"],
+            registry=self.registry,
+        )
+        self.nats_connection_lost = Counter(
+            "gpuscale_nats_connection_lost_total",
+            "Connections the server closed for good (the service starts over)",
+            registry=self.registry,
+        )
         self.nats_connected = Gauge(
             "gpuscale_nats_connected", "1 while connected to NATS", registry=self.registry
         )
@@ -56,8 +72,23 @@ class ServiceMetrics:
         )
         self.info = Gauge("gpuscale_service_info", "Always 1", ["service"], registry=self.registry)
         self.info.labels(service=service).set(1)
+        self.registry.register(_ApiWarningsCollector())
 
     def unknown_field(self, kind: str, field: str) -> None:
         """A :data:`gpuscale.codec.UnknownSink`: count the name once and say so once."""
         self.unknown_fields.labels(kind=kind, field=field).inc()
         get_logger(service=self.service).info("unknown_field_ignored", kind=kind, field=field)
+
+
+class _ApiWarningsCollector(Collector):
+    """``gpuscale_kube_api_warnings_total{kind}``: the API server's warnings this process got."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "gpuscale_kube_api_warnings",
+            "Warning headers from the Kubernetes API server (dropped_field: it did not keep a field we sent)",
+            labels=["kind"],
+        )
+        for kind in ("dropped_field", "other"):
+            family.add_metric([kind], API_WARNINGS.counts.get(kind, 0))
+        yield family

@@ -360,6 +360,7 @@ class Outcome(StrEnum):
     SKIPPED_DRY_RUN = "skipped_dry_run"
     CONFLICT_RETRIED = "conflict_retried"
     FAILED = "failed"
+    REFUSED = "refused"  # the target's GPUScaler does not allow it (the actuator's admission)
 
 
 ACTION_OUTCOMES: Final = tuple(o.value for o in Outcome)

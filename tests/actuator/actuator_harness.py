@@ -19,6 +19,8 @@ from gpuscale.wire import Action, Decision
 from gpuscale_actuator.app import Hooks, ensure_decisions_stream, serve
 from gpuscale_actuator.settings import ActuatorSettings
 
+from ..waiting import eventually, sample_value
+
 _ids = itertools.count(1)
 
 # Short leases so tests do not wait; ratios as the defaults.
@@ -56,7 +58,7 @@ def decision(
         from_replicas=from_,
         to_replicas=to,
         reason=f"gpu_util 83.0 over target 70 (ratio 1.19): {from_} -> {to}",
-        inputs={"averages": {"gpu_util": 83.0}},
+        inputs={"gpuscaler": f"default/{name}", "averages": {"gpu_util": 83.0}},
         api_version=api_version,
     )
 
@@ -125,8 +127,7 @@ class RunningActuator:
 
     def metric(self, name: str, **labels: str) -> float:
         assert self.ctx is not None
-        value = self.ctx.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        return sample_value(self.ctx.metrics.registry, name, **labels)
 
 
 @asynccontextmanager
@@ -140,25 +141,16 @@ async def running_actuator(
         await serve(ctx, hooks)
 
     task = asyncio.create_task(run_async("actuator", settings, wrapped, http_port=0))
-    while "ctx" not in holder:
-        assert not task.done(), "the actuator stopped at start"
-        await asyncio.sleep(0.01)
+
+    def started() -> bool:
+        if task.done():  # not worth waiting for: say why at once
+            raise RuntimeError(f"the actuator stopped at start: {task.result()}")
+        return "ctx" in holder
+
+    await eventually(started, 20, "the actuator to start")
     running = RunningActuator(task, holder["ctx"])
     try:
         yield running
     finally:
         if not task.done():
             await running.stop()
-
-
-async def wait_until(predicate: Any, timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)

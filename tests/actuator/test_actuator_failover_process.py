@@ -20,8 +20,9 @@ from gpuscale.leader import lease_from_object
 from gpuscale.natsio import NATS
 from gpuscale_kubesim import KubeSim
 
-from .actuator_harness import decision, publish, wait_until, watch_actions
-from .kube_fixtures import api_client, events_about, workload
+from ..waiting import eventually
+from .actuator_harness import decision, publish, watch_actions
+from .kube_fixtures import api_client, events_about, seed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -84,14 +85,14 @@ async def reporters(kube_sim: KubeSim) -> list[str]:
 async def test_two_actuators_one_leader_and_failover(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 1))
+    await seed(kube_sim, "Deployment", "bert", 1)
     kubeconfig = str(kube_sim.kubeconfig_path)
     async with (
         actuator_process("a", nats_server.url, kubeconfig, tmp_path) as proc_a,
         actuator_process("b", nats_server.url, kubeconfig, tmp_path) as proc_b,
     ):
         procs = {"a": proc_a, "b": proc_b}
-        await wait_until(lambda: _held(kube_sim), timeout_s=30, what="a lease holder")
+        await eventually(lambda: _held(kube_sim), timeout_s=30, what="a lease holder")
         leader = await lease_holder(kube_sim)
         follower = "b" if leader == "a" else "a"
         async with watch_actions(nats_client) as actions:
@@ -99,12 +100,12 @@ async def test_two_actuators_one_leader_and_failover(
                 d = decision(from_=replicas, to=replicas + 1)
                 await publish(nats_client, d)
                 assert (await actions.wait_for(d.id, timeout_s=30)).outcome == "applied"
-            await wait_until(lambda: _count(kube_sim, 3), what="three events")
+            await eventually(lambda: _count(kube_sim, 3), what="three events")
             assert await reporters(kube_sim) == [leader] * 3
 
             killed_at = time.monotonic()
             procs[leader].kill()  # SIGKILL: no release, the lease must expire
-            await wait_until(
+            await eventually(
                 lambda: _holder_is(kube_sim, follower), timeout_s=LEASE_DURATION_S + 10, what="takeover"
             )
             took = time.monotonic() - killed_at
@@ -113,7 +114,7 @@ async def test_two_actuators_one_leader_and_failover(
             d = decision(from_=4, to=5)
             await publish(nats_client, d)
             assert (await actions.wait_for(d.id, timeout_s=30)).outcome == "applied"
-            await wait_until(lambda: _count(kube_sim, 4), what="the fourth event")
+            await eventually(lambda: _count(kube_sim, 4), what="the fourth event")
             assert (await reporters(kube_sim))[-1] == follower
         assert procs[follower].poll() is None
 

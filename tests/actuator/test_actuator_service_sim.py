@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from gpuscale import codec, subjects
 from gpuscale.embedded_nats import EmbeddedNats
@@ -19,13 +20,13 @@ from gpuscale_actuator.app import Hooks
 from gpuscale_actuator.core.plan import LAST_DECISION_ANNOTATION
 from gpuscale_kubesim import KubeSim
 
+from ..waiting import eventually, holds_for
 from .actuator_harness import (
     decision,
     publish,
     publish_raw,
     running_actuator,
     settings_for,
-    wait_until,
     watch_actions,
 )
 from .kube_fixtures import (
@@ -33,9 +34,10 @@ from .kube_fixtures import (
     api_client,
     deployment_path,
     events_about,
+    policy_for,
     rbac_kube_sim,
     scalable_crd,
-    workload,
+    seed,
 )
 
 pytestmark = pytest.mark.integration
@@ -53,7 +55,7 @@ async def replicas_of(kube_sim: KubeSim, name: str = "bert") -> int:
 async def test_applies_a_decision_records_an_event_and_publishes_the_outcome(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         d = decision(from_=2, to=3)
@@ -66,7 +68,7 @@ async def test_applies_a_decision_records_an_event_and_publishes_the_outcome(
             obj = await request_json(api, "GET", deployment_path("bert"))
             assert obj["spec"]["replicas"] == 3
             assert obj["metadata"]["annotations"][LAST_DECISION_ANNOTATION] == d.id
-            await wait_until(lambda: events_about(api, "bert"), what="an event on the target")
+            await eventually(lambda: events_about(api, "bert"), what="an event on the target")
             (event,) = await events_about(api, "bert")
         assert event["reason"] == "SuccessfulRescale"
         assert event["note"].startswith("New size: 3; reason: gpu_util 83.0 over target 70")
@@ -91,7 +93,7 @@ async def test_applies_a_decision_records_an_event_and_publishes_the_outcome(
 async def test_statefulsets_scale_too(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("StatefulSet", "llm", 1))
+    await seed(kube_sim, "StatefulSet", "llm", 1)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
         d = decision("llm", kind="StatefulSet", from_=1, to=4)
@@ -105,7 +107,7 @@ async def test_statefulsets_scale_too(
 async def test_stale_decisions_are_skipped(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, max_decision_age=30.0)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
         moved = decision(from_=4, to=5)  # made when the target had 4 replicas; it has 2
@@ -124,7 +126,7 @@ async def test_stale_decisions_are_skipped(
 async def test_a_409_is_re_read_and_retried_once(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     kube_sim.faults.add("PATCH", PATCH_BERT, status=409, count=1)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
@@ -139,7 +141,7 @@ async def test_a_409_is_re_read_and_retried_once(
 async def test_429_three_times_then_success(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     kube_sim.faults.add("PATCH", PATCH_BERT, status=429, count=3)
     patches = kube_sim.faults.add("PATCH", PATCH_BERT, delay_s=0.0, count=None)  # counts the rest
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
@@ -159,7 +161,7 @@ async def test_a_missing_rbac_permission_fails_clearly_and_the_service_goes_on(
     nats_server: EmbeddedNats, nats_client: NATS, tmp_path: Path
 ) -> None:
     async with rbac_kube_sim(tmp_path) as (sim, actuator_kubeconfig):
-        await sim.create(workload("Deployment", "bert", 2))
+        await seed(sim, "Deployment", "bert", 2)
         settings = settings_for(nats_server.url, str(actuator_kubeconfig))
         async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
             for _ in range(2):  # the second one proves the service is still consuming
@@ -176,6 +178,7 @@ async def test_a_missing_rbac_permission_fails_clearly_and_the_service_goes_on(
 async def test_a_missing_target_fails_with_the_reason(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
+    await kube_sim.create(policy_for("Deployment", "ghost"))  # a GPUScaler on a Deployment never made
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         d = decision("ghost", from_=1, to=2)
@@ -189,7 +192,7 @@ async def test_a_missing_target_fails_with_the_reason(
 async def test_dry_run_changes_nothing(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, dry_run=True)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
         d = decision(from_=2, to=3)
@@ -202,7 +205,7 @@ async def test_dry_run_changes_nothing(
 async def test_invalid_messages_are_rejected_counted_and_not_redelivered(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     subject = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "bert"))
     other = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "other"))
@@ -223,8 +226,12 @@ async def test_invalid_messages_are_rejected_counted_and_not_redelivered(
             for reason in ("undecodable", "wrong_version", "out_of_range", "subject_mismatch")
         }
         assert rejected == {"undecodable": 1, "wrong_version": 1, "out_of_range": 1, "subject_mismatch": 1}
-        await asyncio.sleep(settings.ack_wait + 0.5)  # terminated, so never redelivered
-        assert actuator.metric("gpuscale_actuator_decisions_consumed_total") == 5
+        # Terminated, so never redelivered: a redelivery would come after ack_wait.
+        await holds_for(
+            lambda: actuator.metric("gpuscale_actuator_decisions_consumed_total") == 5,
+            settings.ack_wait + 0.5,
+            what="no redelivery",
+        )
     assert len(actions.for_decision(good.id)) == 1
 
 
@@ -235,7 +242,7 @@ class SimulatedCrash(BaseException):
 async def test_a_crash_between_patch_and_ack_applies_the_decision_exactly_once(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     patches = kube_sim.faults.add("PATCH", PATCH_BERT, delay_s=0.0, count=None)  # counts PATCHes
     crashed = asyncio.Event()
 
@@ -259,7 +266,8 @@ async def test_a_crash_between_patch_and_ack_applies_the_decision_exactly_once(
         async with running_actuator(second) as restarted:
             action = await actions.wait_for(d.id, timeout_s=20)  # redelivered after ack_wait
             assert action.outcome == "applied"
-            assert restarted.metric("gpuscale_actuator_redelivered_applied_total") == 1
+            # Counted after the report is published.
+            await eventually(lambda: restarted.metric("gpuscale_actuator_redelivered_applied_total") == 1)
             assert restarted.metric("gpuscale_actuator_patch_latency_seconds_count") == 0
             # The next decision is made from 3: applying the first one twice would have made it stale.
             nxt = decision(from_=3, to=5)
@@ -272,17 +280,17 @@ async def test_a_crash_between_patch_and_ack_applies_the_decision_exactly_once(
 async def test_survives_a_nats_outage(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         first = decision(from_=2, to=3)
         await publish(nats_client, first)
         assert (await actions.wait_for(first.id)).outcome in SUCCESS
         nats_server.stop()
-        await asyncio.sleep(1.5)  # the fetch loop meets a dead connection for a while
-        assert not actuator.task.done()
+        # The fetch loop meets a dead connection for a while and must not end the service.
+        await holds_for(lambda: not actuator.task.done(), 1.5, what="the actuator running")
         nats_server.start()
-        await wait_until(lambda: nats_client.is_connected, timeout_s=15, what="the test client to reconnect")
+        await eventually(lambda: nats_client.is_connected, timeout_s=15, what="the test client to reconnect")
         second = decision(from_=3, to=4)
         await publish(nats_client, second)
         assert (await actions.wait_for(second.id, timeout_s=20)).outcome in SUCCESS
@@ -293,14 +301,14 @@ async def test_survives_a_nats_outage(
 async def test_an_api_server_outage_delays_the_decision_but_does_not_lose_it(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
-        await wait_until(lambda: actuator.metric("gpuscale_actuator_leader") == 1, what="leadership")
+        await eventually(lambda: actuator.metric("gpuscale_actuator_leader") == 1, what="leadership")
         kube_sim.faults.add("GET", r"/deployments/bert$", status=503, count=None)
         d = decision(from_=2, to=3)
         await publish(nats_client, d)
-        await wait_until(
+        await eventually(
             lambda: actuator.metric("gpuscale_actuator_kube_retries_total", error="ServerError") >= 2,
             what="retries against the failing API server",
         )
@@ -311,8 +319,16 @@ async def test_an_api_server_outage_delays_the_decision_but_does_not_lose_it(
     assert await replicas_of(kube_sim) == 3
 
 
+def pool_policies(tmp_path: Path) -> Path:
+    """The CRD's GPUScaler targets Deployments and StatefulSets; a policies file
+    (as the decider's ``--policies``) may target any kind with ``/scale``."""
+    path = tmp_path / "policies.yaml"
+    path.write_text(yaml.safe_dump(policy_for("InferencePool", "pool", api_version="example.com/v1")))
+    return path
+
+
 async def test_custom_resources_scale_through_the_scale_subresource_once_per_decision(
-    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
 ) -> None:
     await kube_sim.create(scalable_crd())
     await kube_sim.create(
@@ -324,7 +340,7 @@ async def test_custom_resources_scale_through_the_scale_subresource_once_per_dec
         }
     )
     scale_patches = kube_sim.faults.add("PATCH", r"/inferencepools/pool/scale$", delay_s=0.0, count=None)
-    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=pool_policies(tmp_path))
     d = decision("pool", kind="InferencePool", api_version="example.com/v1", from_=1, to=2)
     subject = subjects.decisions(subjects.WorkloadKey("default", "InferencePool", "pool"))
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
@@ -332,15 +348,16 @@ async def test_custom_resources_scale_through_the_scale_subresource_once_per_dec
         assert (await actions.wait_for(d.id)).outcome in SUCCESS
         # The same decision again (a redelivery; no Nats-Msg-Id, so JetStream keeps it).
         await publish_raw(nats_client, subject, codec.encode(d))
-        await wait_until(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
+        await eventually(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
         assert actions.for_decision(d.id)[1].outcome == "applied"
-        assert actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1
+        # Counted after the report is published.
+        await eventually(lambda: actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1)
     assert scale_patches.hits == 1
     assert kube_sim.get("example.com/v1", "InferencePool", "pool")["spec"]["replicas"] == 2
 
 
 async def test_a_crash_before_the_record_on_a_custom_resource_is_not_applied_twice(
-    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
 ) -> None:
     """The generic path has no atomic annotation: the from_replicas check guards the window."""
     await kube_sim.create(scalable_crd())
@@ -361,13 +378,14 @@ async def test_a_crash_before_the_record_on_a_custom_resource_is_not_applied_twi
 
     d = decision("pool", kind="InferencePool", api_version="example.com/v1", from_=1, to=2)
     async with watch_actions(nats_client) as actions:
-        first = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="first")
+        policies = pool_policies(tmp_path)
+        first = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="first", policies=policies)
         async with running_actuator(first, Hooks(after_patch=crash_after_patch)) as dying:
             await publish(nats_client, d)
             await asyncio.wait_for(crashed.wait(), 15)
             with contextlib.suppress(SimulatedCrash):
                 await dying.task
-        second = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="second")
+        second = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="second", policies=policies)
         async with running_actuator(second):
             action = await actions.wait_for(d.id, timeout_s=20)
     assert action.outcome == "skipped_stale"  # found at 2, not at its from_replicas 1
@@ -379,7 +397,7 @@ async def test_with_scale_only_rbac_it_scales_through_scale_and_still_applies_on
     nats_server: EmbeddedNats, nats_client: NATS, tmp_path: Path
 ) -> None:
     async with rbac_kube_sim(tmp_path, ACTUATOR_RULES_SCALE_ONLY) as (sim, actuator_kubeconfig):
-        await sim.create(workload("Deployment", "bert", 2))
+        await seed(sim, "Deployment", "bert", 2)
         scale_patches = sim.faults.add("PATCH", r"/deployments/bert/scale$", delay_s=0.0, count=None)
         settings = settings_for(nats_server.url, str(actuator_kubeconfig))
         d = decision(from_=2, to=3)
@@ -388,8 +406,9 @@ async def test_with_scale_only_rbac_it_scales_through_scale_and_still_applies_on
             await publish(nats_client, d)
             assert (await actions.wait_for(d.id)).outcome in SUCCESS
             await publish_raw(nats_client, subject, codec.encode(d))  # a redelivery
-            await wait_until(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
+            await eventually(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
             assert actions.for_decision(d.id)[1].outcome == "applied"
-            assert actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1
+            # Counted after the report is published.
+            await eventually(lambda: actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1)
         assert scale_patches.hits == 1
         assert sim.get("apps/v1", "Deployment", "bert")["spec"]["replicas"] == 3

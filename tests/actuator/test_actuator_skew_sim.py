@@ -22,7 +22,7 @@ from gpuscale_kubesim import KubeSim
 
 from ..skew import golden, newer, newer_names, older, pack, restamp
 from .actuator_harness import running_actuator, settings_for, watch_actions
-from .kube_fixtures import workload
+from .kube_fixtures import seed
 from .test_actuator_service_sim import replicas_of
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def _counted(family_name: str, running: Any) -> dict[str, float]:
 async def test_a_decision_from_another_decider_version_is_applied(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, variant: str
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 1))
+    await seed(kube_sim, "Deployment", "bert", 1)  # the workload and its GPUScaler default/bert
     base = golden("decisions")  # default/Deployment/bert, 1 -> 3
     payload = newer(base, Decision) if variant == "newer" else older(base, Decision)
     payload = restamp(payload, time.time())

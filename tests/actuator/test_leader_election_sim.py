@@ -15,6 +15,7 @@ from gpuscale.kube import request_json
 from gpuscale.leader import LeaderElector, lease_from_object
 from gpuscale_kubesim import KubeSim
 
+from ..waiting import holds_for
 from .kube_fixtures import api_client
 
 pytestmark = pytest.mark.integration
@@ -76,9 +77,10 @@ async def test_one_leader_among_two_and_fast_handover_on_release(kube_sim: KubeS
         b = await stack.enter_async_context(candidate(api, "b"))
         leader = await first_leader(a, b)
         other = b if leader is a else a
-        await asyncio.sleep(1.0)  # several renew periods: still exactly one leader
-        assert leader.elector.is_leader
-        assert not other.elector.is_leader
+        # Five retry periods: the other candidate tries and fails again and again.
+        await holds_for(
+            lambda: leader.elector.is_leader and not other.elector.is_leader, 1.0, what="exactly one leader"
+        )
         assert await holder(api) == leader.elector.identity
 
         started = time.monotonic()
@@ -99,8 +101,8 @@ async def test_takeover_after_the_lease_expires_when_the_leader_dies(kube_sim: K
         a = await stack.enter_async_context(candidate(api, "a", release_on_stop=False))
         await asyncio.wait_for(a.elector.wait_until_leader(), 10)
         b = await stack.enter_async_context(candidate(api, "b"))
-        await asyncio.sleep(0.5)
-        assert not b.elector.is_leader
+        # b tries every 0.2 s and must keep failing while a renews.
+        await holds_for(lambda: not b.elector.is_leader, 0.5, what="b standing by")
 
         started = time.monotonic()
         a.stop.set()  # dies without releasing: the lease stays with "a" until it expires

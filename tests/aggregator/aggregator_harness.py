@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -17,6 +17,8 @@ from gpuscale.runtime import ServiceContext
 from gpuscale.wire import WorkloadMetrics
 from gpuscale_aggregator.app import AggregatorService
 from gpuscale_aggregator.settings import AggregatorSettings
+
+from ..waiting import sample_value
 
 
 @asynccontextmanager
@@ -45,16 +47,7 @@ async def running_aggregator(url: str, **overrides: Any) -> AsyncIterator[Aggreg
 
 
 def counter(service: AggregatorService, name: str, **labels: str) -> float:
-    value = service.ctx.metrics.registry.get_sample_value(name, labels)
-    return 0.0 if value is None else value
-
-
-async def eventually(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout_s} s")
-        await asyncio.sleep(0.05)
+    return sample_value(service.ctx.metrics.registry, name, **labels)
 
 
 class MetricsInbox:

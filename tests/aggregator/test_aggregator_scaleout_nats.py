@@ -17,8 +17,9 @@ from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import connect, drain
 from gpuscale.subjects import aggregator_partition_mapping
 
+from ..waiting import eventually
 from .aggregator_builders import batch, gpu, owner
-from .aggregator_harness import MetricsInbox, counter, eventually, publish_batch, running_aggregator
+from .aggregator_harness import MetricsInbox, counter, publish_batch, running_aggregator
 
 pytestmark = pytest.mark.integration
 
@@ -68,11 +69,16 @@ async def test_two_instances_split_the_workloads(partitioned_nats: EmbeddedNats)
             assert {w[2] for w in owned_first | owned_second} == set(WORKLOADS)
             assert owned_first
             assert owned_second
+
             # The queue group split each node batch once: one sub-batch per workload per batch.
-            split_in = counter(first, "gpuscale_messages_in_total", kind="samples") + counter(
-                second, "gpuscale_messages_in_total", kind="samples"
-            )
-            assert split_in == 2 * len(NODES) * len(WORKLOADS)
+            def split_in() -> float:
+                return counter(first, "gpuscale_messages_in_total", kind="samples") + counter(
+                    second, "gpuscale_messages_in_total", kind="samples"
+                )
+
+            expected = 2 * len(NODES) * len(WORKLOADS)
+            await eventually(lambda: split_in() >= expected, what="every sub-batch")
+            assert split_in() == expected
         for w in WORKLOADS:
             m = inbox.latest(w)
             assert m is not None

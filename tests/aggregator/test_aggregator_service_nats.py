@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -21,8 +20,9 @@ from gpuscale.natsio import NATS
 from gpuscale_aggregator.core.ingest import Aggregator
 from gpuscale_aggregator.core.window import WindowConfig
 
+from ..waiting import eventually, eventually_sync
 from .aggregator_builders import batch, gpu, owner
-from .aggregator_harness import MetricsInbox, counter, eventually, publish_batch, running_aggregator
+from .aggregator_harness import MetricsInbox, counter, publish_batch, running_aggregator
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,17 @@ async def test_three_nodes_two_workloads(nats_server: EmbeddedNats, nats_client:
             what="metrics for both workloads",
         )
         await eventually(lambda: counter(service, "gpuscale_aggregator_gpu_samples_total") == 12)
-        await asyncio.sleep(0.5)  # a publish cycle after the last batch
+        cycles = counter(service, "gpuscale_aggregator_publish_cycle_seconds_count")
+        inbox.messages.clear()
+        # A publish cycle that started after the last batch: both workloads in it.
+        await eventually(
+            lambda: (
+                counter(service, "gpuscale_aggregator_publish_cycle_seconds_count") >= cycles + 2
+                and inbox.latest("bert") is not None
+                and inbox.latest("llama") is not None
+            ),
+            what="a publish cycle after the last batch",
+        )
     bert, llama = inbox.latest("bert"), inbox.latest("llama")
     assert bert is not None
     assert llama is not None
@@ -154,7 +164,12 @@ async def test_survives_a_nats_restart(nats_server: EmbeddedNats, nats_client: N
         await eventually(lambda: inbox.latest("bert") is not None, what="metrics before the outage")
         nats_server.stop()
         await eventually(lambda: service.nc is not None and not service.nc.is_connected, what="outage seen")
-        await asyncio.sleep(1.0)  # a publish cycle while NATS is away must not hurt
+        cycles = counter(service, "gpuscale_aggregator_publish_cycle_seconds_count")
+        # Publish cycles while NATS is away must not hurt.
+        await eventually(
+            lambda: counter(service, "gpuscale_aggregator_publish_cycle_seconds_count") >= cycles + 2,
+            what="publish cycles during the outage",
+        )
         nats_server.start()
         await eventually(
             lambda: nats_client.is_connected and service.nc is not None and service.nc.is_connected
@@ -177,15 +192,12 @@ def test_process_stops_gracefully_on_sigterm(nats_server: EmbeddedNats, tmp_path
         [str(cli), "aggregator", "--publish-interval", "0.5"], env=env, stdout=log, stderr=log
     )
     try:
-        deadline = time.monotonic() + 20
-        ready = False
-        while time.monotonic() < deadline and not ready:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-                    ready = resp.status == 200
-            except OSError:
-                time.sleep(0.1)
-        assert ready, (tmp_path / "aggregator.log").read_text()
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+                return bool(resp.status == 200)
+
+        eventually_sync(ready, timeout_s=20, what="the aggregator ready")
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0

@@ -20,7 +20,8 @@ from gpuscale.natsio import NATS
 from gpuscale.wire import SampleBatch
 
 from ..skew import golden, newer, newer_names, older, pack, restamp
-from .aggregator_harness import MetricsInbox, counter, eventually, running_aggregator
+from ..waiting import eventually
+from .aggregator_harness import MetricsInbox, counter, running_aggregator
 
 pytestmark = pytest.mark.integration
 

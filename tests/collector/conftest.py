@@ -24,6 +24,8 @@ from gpuscale_collector.app import Collector
 from gpuscale_collector.backends import nvml_api
 from gpuscale_collector.settings import CollectorSettings
 
+from ..waiting import eventually
+
 MIB = 1024 * 1024
 
 
@@ -269,14 +271,6 @@ async def started_collector(settings: CollectorSettings, backend: Any = None) ->
         await collector.shutdown(tasks)
 
 
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 class ProcTree:
     """A fake /proc: ``<root>/<pid>/cgroup`` files."""
 
@@ -303,7 +297,7 @@ class Kit:
     settings: Callable[..., CollectorSettings] = collector_settings
     running: Callable[..., Any] = running_collector
     started: Callable[..., Any] = started_collector
-    wait_for: Callable[..., Any] = wait_for
+    wait_for: Callable[..., Any] = eventually
     Gpu: type[FakeGpu] = FakeGpu
     Mig: type[FakeMig] = FakeMig
 

@@ -76,8 +76,9 @@ async def test_outage_buffers_in_order_and_counts_drops(nats_server: EmbeddedNat
 
         await asyncio.to_thread(nats_server.stop)
         seq_at_stop = rc.collector.seq
-        await asyncio.sleep(3.0)  # ~30 ticks against a buffer of 8
-        assert rc.collector.seq - seq_at_stop >= 15, "the collector kept sampling during the outage"
+        # The collector keeps sampling during the outage: 24 ticks against a buffer of 8
+        # drop at least 16 batches.
+        await kit.wait_for(lambda: rc.collector.seq - seq_at_stop >= 24, what="ticks during the outage")
         assert len(rc.collector.publisher.buffer) == 8
         during = await scrape(rc.url)
         assert metric(during, "gpuscale_collector_buffer_batches") == 8.0
@@ -129,8 +130,9 @@ async def test_publishes_decodable_batches(nats_server: EmbeddedNats, kit: Any) 
     assert all(g.util == 75.0 and g.health == "ok" for g in first.gpus)
     assert first.interval_s == pytest.approx(0.1)
     assert [b.seq for b in got[:3]] == [got[0].seq, got[0].seq + 1, got[0].seq + 2]
-    # Ticks sit on the node's phase grid, one interval apart.
-    assert got[1].ts - got[0].ts == pytest.approx(0.1, abs=0.05)
+    # One batch per tick, in time order. Where ticks fall (the node's phase grid)
+    # is pinned by the schedule's table tests: a busy machine runs them late.
+    assert got[0].ts < got[1].ts < got[2].ts
 
 
 async def test_not_ready_without_nats(kit: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,9 +20,11 @@ from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.app import serve
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.settings import DeciderSettings
+from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload
 from ..k8s_objects import gpuscaler as shared_gpuscaler
+from ..waiting import eventually, sample_value
 
 
 def settings_for(nats_url: str, kubeconfig: str | Path, **overrides: Any) -> DeciderSettings:
@@ -67,20 +69,48 @@ def write_policies(path: Path, *docs: Any) -> Path:
 
 
 def metrics_message(
-    name: str, util: float, fresh: int, *, ts: float | None = None, namespace: str = "default"
+    name: str,
+    util: float,
+    fresh: int,
+    *,
+    ts: float | None = None,
+    namespace: str = "default",
+    pods: Sequence[str] | None = None,
 ) -> WorkloadMetrics:
+    """What the aggregator would publish for ``fresh`` pods at ``util``: the
+    first ``fresh`` of ``pods`` (real pod names, from :func:`running_pods`),
+    or ``<name>-<i>`` for a decider that does not look at pods."""
     ts = time.time() if ts is None else ts
+    names = list(pods) if pods is not None else [f"{name}-{i}" for i in range(fresh)]
     return WorkloadMetrics(
         namespace=namespace,
         kind="Deployment",
         name=name,
         ts=ts,
         window_s=30.0,
-        pods=tuple(PodMetrics(f"{name}-{i}", MetricValues(gpu_util=util), ts) for i in range(fresh)),
+        pods=tuple(PodMetrics(pod, MetricValues(gpu_util=util), ts) for pod in names[:fresh]),
         averages=MetricValues(gpu_util=util),
         pods_fresh=fresh,
         pods_stale=0,
     )
+
+
+async def running_pods(sim: KubeSim, name: str, count: int, namespace: str = "default") -> list[str]:
+    """The names of the workload's pods once exactly ``count`` are Running and Ready."""
+
+    def ready() -> list[str] | None:
+        alive = [p for p in sim.pods(namespace, f"app={name}") if not p["metadata"].get("deletionTimestamp")]
+        names = sorted(
+            p["metadata"]["name"]
+            for p in alive
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in p["status"].get("conditions") or ()
+            )
+        )
+        return names if len(alive) == len(names) == count else None
+
+    return await eventually(ready, what=f"{count} ready pods of {name}")
 
 
 async def publish_metrics(nc: NATS, m: WorkloadMetrics) -> None:
@@ -131,9 +161,13 @@ class RunningDecider:
         self.ctx.stop.set()
         return await asyncio.wait_for(self.task, timeout_s)
 
+    def pending(self, name: str, namespace: str = "default") -> Any:
+        """The decision waiting for the actuator on Deployment ``name``, if any."""
+        w = self.decider.workloads[subjects.WorkloadKey(namespace, "Deployment", name)]
+        return None if w.memory is None else w.memory.state.pending
+
     def metric(self, name: str, **labels: str) -> float:
-        value = self.ctx.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        return sample_value(self.ctx.metrics.registry, name, **labels)
 
 
 @asynccontextmanager
@@ -145,32 +179,19 @@ async def running_decider(settings: DeciderSettings) -> AsyncIterator[RunningDec
         await serve(ctx, on_decider=lambda d: holder.setdefault("decider", d))
 
     task = asyncio.create_task(run_async("decider", settings, wrapped, http_port=0))
-    deadline = time.monotonic() + 20
-    while "decider" not in holder:
-        if task.done():
-            raise AssertionError(f"the decider stopped at start: {task.result()}")
-        if time.monotonic() > deadline:
-            raise AssertionError("the decider did not start")
-        await asyncio.sleep(0.02)
+
+    def started() -> bool:
+        if task.done():  # not worth waiting for: say why at once
+            raise RuntimeError(f"the decider stopped at start: {task.result()}")
+        return "decider" in holder
+
+    await eventually(started, 20, "the decider to start")
     running = RunningDecider(task, holder["ctx"], holder["decider"])
     try:
         yield running
     finally:
         if not task.done():
             await running.stop()
-
-
-async def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def deployment(name: str, replicas: int, namespace: str = "default") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Property tests of the decider's algorithm over random metric streams."""
+"""Property tests of the decider's pure step over random metric streams."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscale_decider.core.algorithm import Observation, ScalerState, evaluate, longest_period, record_scale
-from gpuscale_decider.core.policy import GPUScalerSpec, parse_gpuscaler
+from gpuscale.policy import GPUScaler, parse_gpuscaler
+from gpuscale_decider.core.reconcile import Evaluation, Memory, Target, reconcile
+from gpuscale_decider.core.state import ScalerState
+
+from .scenario import SELECTOR, P, world
 
 START = 1_700_000_000.0
 
@@ -36,7 +39,7 @@ ticks = st.lists(
 
 
 @st.composite
-def specs(draw: Any) -> GPUScalerSpec:
+def specs(draw: Any) -> GPUScaler:
     lo = draw(st.integers(1, 5))
     hi = draw(st.integers(lo, 20))
     body: dict[str, Any] = {
@@ -62,13 +65,32 @@ def specs(draw: Any) -> GPUScalerSpec:
             "afterSeconds": draw(st.sampled_from([10, 60])),
             "replicas": draw(st.integers(1, hi)),
         }
-    return parse_gpuscaler({"metadata": {"name": "p"}, "spec": body}).spec
+    return parse_gpuscaler({"metadata": {"name": "p"}, "spec": body})
+
+
+def evaluate(
+    scaler: GPUScaler,
+    current: int,
+    util: float | None,
+    fresh: int,
+    state: ScalerState,
+    now: float,
+    age: float = 0,
+) -> tuple[Evaluation, ScalerState]:
+    """One step over ``current`` Running pods, the first ``fresh`` of them at ``util``."""
+    pods = tuple(P(util if i < fresh else None) for i in range(current))
+    views, observation = world(pods, received_at=now - age)
+    metrics = observation if util is not None else None
+    s = reconcile(Memory(state), scaler, Target(current, SELECTOR), views, metrics, now)
+    assert s.evaluation is not None
+    return s.evaluation, s.memory.state
 
 
 def run_stream(
-    spec: GPUScalerSpec, initial: int, stream: list[Tick]
+    scaler: GPUScaler, initial: int, stream: list[Tick]
 ) -> list[tuple[float, int, int, bool, ScalerState]]:
-    """Feed the stream, applying each decision at once as the actuator would.
+    """Feed the stream; each decision is applied at once, as the actuator would
+    (the next step sees the new count and settles the pending decision).
     Returns (now, from, to, fresh, state before) per tick."""
     now = START
     current = initial
@@ -76,62 +98,55 @@ def run_stream(
     out = []
     for tick in stream:
         now += tick.dt
-        observation = None
-        if tick.util is not None:
-            fresh = int(current * tick.fresh_fraction)
-            observation = Observation(now - tick.age, {"gpu_util": tick.util}, fresh)
         before = state
-        result, state = evaluate(spec, current, observation, state, now)
-        out.append((now, current, result.desired_replicas, result.fresh, before))
-        if result.change:
-            state = record_scale(state, current, result.desired_replicas, now, longest_period(spec))
-            current = result.desired_replicas
+        fresh = int(current * tick.fresh_fraction)
+        result, state = evaluate(scaler, current, tick.util, fresh, state, now, tick.age)
+        out.append((now, current, result.desired, result.fresh, before))
+        current = result.desired
     return out
 
 
 @settings(max_examples=150, deadline=None)
-@given(spec=specs(), stream=ticks, data=st.data())
-def test_result_always_within_min_max(spec: GPUScalerSpec, stream: list[Tick], data: Any) -> None:
+@given(scaler=specs(), stream=ticks, data=st.data())
+def test_result_always_within_min_max(scaler: GPUScaler, stream: list[Tick], data: Any) -> None:
     initial = data.draw(st.integers(1, 30))
-    for _, _, desired, _, _ in run_stream(spec, initial, stream):
-        assert spec.min_replicas <= desired <= spec.max_replicas
+    for _, _, desired, _, _ in run_stream(scaler, initial, stream):
+        assert scaler.spec.min_replicas <= desired <= scaler.spec.max_replicas
 
 
 @settings(max_examples=150, deadline=None)
-@given(spec=specs(), stream=ticks, data=st.data())
-def test_never_a_change_during_a_cooldown(spec: GPUScalerSpec, stream: list[Tick], data: Any) -> None:
-    initial = data.draw(st.integers(spec.min_replicas, spec.max_replicas))
-    for now, current, desired, _, before in run_stream(spec, initial, stream):
+@given(scaler=specs(), stream=ticks, data=st.data())
+def test_never_a_change_during_a_cooldown(scaler: GPUScaler, stream: list[Tick], data: Any) -> None:
+    initial = data.draw(st.integers(scaler.spec.min_replicas, scaler.spec.max_replicas))
+    for now, current, desired, _, before in run_stream(scaler, initial, stream):
         if desired > current and before.last_scale_up is not None:
-            assert now - before.last_scale_up >= spec.scale_up.cooldown_seconds
+            assert now - before.last_scale_up >= scaler.spec.scale_up.cooldown_seconds
         if desired < current and before.last_scale_down is not None:
-            assert now - before.last_scale_down >= spec.scale_down.cooldown_seconds
+            assert now - before.last_scale_down >= scaler.spec.scale_down.cooldown_seconds
 
 
 @settings(max_examples=150, deadline=None)
-@given(spec=specs(), stream=ticks, data=st.data())
-def test_never_a_scale_down_without_fresh_metrics(spec: GPUScalerSpec, stream: list[Tick], data: Any) -> None:
+@given(scaler=specs(), stream=ticks, data=st.data())
+def test_never_a_scale_down_without_fresh_metrics(scaler: GPUScaler, stream: list[Tick], data: Any) -> None:
     # Within [min, max]: outside it, the bounds are enforced whatever the metrics.
-    initial = data.draw(st.integers(spec.min_replicas, spec.max_replicas))
-    for _, current, desired, fresh, _ in run_stream(spec, initial, stream):
+    initial = data.draw(st.integers(scaler.spec.min_replicas, scaler.spec.max_replicas))
+    for _, current, desired, fresh, _ in run_stream(scaler, initial, stream):
         if not fresh:
             assert desired >= current
 
 
 @settings(max_examples=150, deadline=None)
-@given(spec=specs(), data=st.data())
-def test_constant_load_within_tolerance_never_changes(spec: GPUScalerSpec, data: Any) -> None:
-    target = spec.metrics[0].target
-    ratio = data.draw(st.floats(1.0 - spec.scale_down_tolerance, 1.0 + spec.scale_up_tolerance))
-    initial = data.draw(st.integers(spec.min_replicas, spec.max_replicas))
+@given(scaler=specs(), data=st.data())
+def test_constant_load_within_tolerance_never_changes(scaler: GPUScaler, data: Any) -> None:
+    target = scaler.spec.metrics[0].target
+    ratio = data.draw(st.floats(1.0 - scaler.spec.scale_down_tolerance, 1.0 + scaler.spec.scale_up_tolerance))
+    initial = data.draw(st.integers(scaler.spec.min_replicas, scaler.spec.max_replicas))
     steps = data.draw(st.integers(1, 30))
     now = START
     state = ScalerState()
     for _ in range(steps):
         now += 2.0
-        result, state = evaluate(
-            spec, initial, Observation(now, {"gpu_util": target * ratio}, initial), state, now
-        )
+        result, state = evaluate(scaler, initial, target * ratio, initial, state, now)
         assert not result.change, result.reason
 
 
@@ -155,7 +170,7 @@ def reference_stabilize(
 def test_compacted_history_stabilizes_exactly_like_hpa(
     up_s: int, down_s: int, steps: list[tuple[float, float, int]]
 ) -> None:
-    spec = parse_gpuscaler(
+    scaler = parse_gpuscaler(
         {
             "metadata": {"name": "p"},
             "spec": {
@@ -169,13 +184,13 @@ def test_compacted_history_stabilizes_exactly_like_hpa(
                 },
             },
         }
-    ).spec
+    )
     now = START
     state = ScalerState(first_seen=now)  # no start-up seeding: compare the windows alone
     full: list[tuple[float, int]] = []
     for dt, util, current in steps:
         now += dt
-        result, state = evaluate(spec, current, Observation(now, {"gpu_util": util}, current), state, now)
+        result, state = evaluate(scaler, current, util, current, state, now)
         assert result.recommendation is not None
         expected = reference_stabilize(full, up_s, down_s, current, result.recommendation, now)
         assert result.stabilized == expected

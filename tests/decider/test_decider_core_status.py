@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuscale_decider.core.algorithm import Observation, ScalerState, evaluate
-from gpuscale_decider.core.policy import PolicyError, parse_gpuscaler
+from gpuscale.policy import PolicyError, parse_gpuscaler
+from gpuscale_decider.core.reconcile import Evaluation, Memory, Target, reconcile
+from gpuscale_decider.core.state import ScalerState
 from gpuscale_decider.core.status import (
     evaluation_status,
     invalid_status,
@@ -15,7 +16,26 @@ from gpuscale_decider.core.status import (
     targets_column,
 )
 
+from .scenario import SELECTOR, running, world
+
 NOW = 1_800_000_000.0
+
+
+def evaluate(
+    scaler: Any,
+    current: int,
+    util: float | None,
+    state: ScalerState,
+    now: float,
+    received_at: float | None = None,
+) -> tuple[Evaluation, ScalerState]:
+    views, observation = world(
+        running(current, util), received_at=now if received_at is None else received_at
+    )
+    metrics = observation if util is not None else None
+    s = reconcile(Memory(state), scaler, Target(current, SELECTOR), views, metrics, now)
+    assert s.evaluation is not None
+    return s.evaluation, s.memory.state
 
 
 def scaler(**spec: Any) -> Any:
@@ -36,8 +56,8 @@ def test_targets_column_reads_like_kubectl_get_hpa() -> None:
 
 def test_evaluation_status_has_the_printer_column_fields_and_conditions() -> None:
     s = scaler()
-    result, _ = evaluate(s.spec, 2, Observation(NOW, {"gpu_util": 83.0}, 2), ScalerState(), NOW)
-    status = evaluation_status(s.spec, s.generation, result, {"gpu_util": 83.0}, NOW - 60, None, NOW)
+    result, _ = evaluate(s, 2, 83.0, ScalerState(first_seen=NOW - 100), NOW)
+    status = evaluation_status(s.spec, s.generation, result, NOW - 60, None, NOW)
     assert status["reference"] == "Deployment/bert"
     assert status["targets"] == "83/70"
     assert status["observedGeneration"] == 4
@@ -54,18 +74,18 @@ def test_evaluation_status_has_the_printer_column_fields_and_conditions() -> Non
 
 def test_stale_metrics_show_unknown_targets() -> None:
     s = scaler()
-    result, _ = evaluate(s.spec, 2, Observation(NOW - 100, {"gpu_util": 83.0}, 2), ScalerState(), NOW)
-    status = evaluation_status(s.spec, 1, result, {"gpu_util": 83.0}, None, None, NOW)
+    result, _ = evaluate(s, 2, 83.0, ScalerState(), NOW, received_at=NOW - 100)
+    status = evaluation_status(s.spec, 1, result, None, None, NOW)
     assert status["targets"] == "<unknown>/70"
     assert "lastScaleTime" not in status
 
 
 def test_transition_time_kept_while_the_condition_holds() -> None:
     s = scaler()
-    first, state = evaluate(s.spec, 4, Observation(NOW, {"gpu_util": 70.0}, 4), ScalerState(), NOW)
-    before = evaluation_status(s.spec, 1, first, {"gpu_util": 70.0}, None, None, NOW)
-    again, _ = evaluate(s.spec, 4, Observation(NOW + 30, {"gpu_util": 70.0}, 4), state, NOW + 30)
-    after = evaluation_status(s.spec, 1, again, {"gpu_util": 70.0}, None, before, NOW + 30)
+    first, state = evaluate(s, 4, 70.0, ScalerState(), NOW)
+    before = evaluation_status(s.spec, 1, first, None, None, NOW)
+    again, _ = evaluate(s, 4, 70.0, state, NOW + 30)
+    after = evaluation_status(s.spec, 1, again, None, before, NOW + 30)
     assert [c["lastTransitionTime"] for c in after["conditions"]] == [
         c["lastTransitionTime"] for c in before["conditions"]
     ]
@@ -74,10 +94,10 @@ def test_transition_time_kept_while_the_condition_holds() -> None:
 
 def test_a_changed_condition_is_a_change() -> None:
     s = scaler()
-    ok, state = evaluate(s.spec, 4, Observation(NOW, {"gpu_util": 70.0}, 4), ScalerState(), NOW)
-    blind, _ = evaluate(s.spec, 4, None, state, NOW + 100)
-    before = evaluation_status(s.spec, 1, ok, {"gpu_util": 70.0}, None, None, NOW)
-    after = evaluation_status(s.spec, 1, blind, {"gpu_util": 70.0}, None, before, NOW + 100)
+    ok, state = evaluate(s, 4, 70.0, ScalerState(), NOW)
+    blind, _ = evaluate(s, 4, None, state, NOW + 100)
+    before = evaluation_status(s.spec, 1, ok, None, None, NOW)
+    after = evaluation_status(s.spec, 1, blind, None, before, NOW + 100)
     assert status_differs(before, after)
     active = next(c for c in after["conditions"] if c["type"] == "ScalingActive")
     assert (active["status"], active["reason"]) == ("False", "FailedGetGPUMetrics")

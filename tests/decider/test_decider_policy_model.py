@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuscale_decider.core.policy import (
+from gpuscale.policy import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     PolicyError,
@@ -98,7 +98,13 @@ def test_partial_behavior_keeps_the_other_defaults() -> None:
             "spec.behavior.scaleUp.selectPolicy",
         ),
         ("bad averaging window", {"window": "soon"}, "spec.window"),
-        ("tolerance out of range", {"tolerance": 1.5}, "spec.tolerance"),
+        ("negative tolerance", {"tolerance": -0.1}, "spec.tolerance"),
+        (
+            "negative direction tolerance",
+            {"behavior": {"scaleUp": {"tolerance": -1}}},
+            "spec.behavior.scaleUp.tolerance",
+        ),
+        ("unknown notReadyPods", {"notReadyPods": "Ignored"}, "spec.notReadyPods"),
         ("missing max", {"maxReplicas": None}, "spec.maxReplicas"),
         ("missing target ref", {"scaleTargetRef": None}, "spec.scaleTargetRef"),
         ("empty metrics", {"metrics": []}, "spec.metrics"),
@@ -116,6 +122,19 @@ def test_invalid_field_is_named(name: str, spec: dict[str, Any], field: str) -> 
         parse_gpuscaler(obj(**spec))
     assert field in info.value.fields, (name, info.value.problems)
     assert field in str(info.value)
+
+
+@pytest.mark.parametrize("tolerance", [0, 1.5, 2.0, "10"])
+def test_any_tolerance_at_or_above_zero_is_accepted_as_kubernetes_does(tolerance: Any) -> None:
+    # Kubernetes' own HPA tests use tolerances of 2.0 and "10" (KEP-4951).
+    s = parse_gpuscaler(obj(tolerance=tolerance, behavior={"scaleUp": {"tolerance": tolerance}})).spec
+    assert s.tolerance == float(tolerance)
+    assert s.scale_up_tolerance == float(tolerance)
+
+
+def test_not_ready_pods_defaults_to_missing_and_can_count() -> None:
+    assert parse_gpuscaler(obj()).spec.not_ready_pods.value == "Missing"
+    assert parse_gpuscaler(obj(notReadyPods="Counted")).spec.not_ready_pods.value == "Counted"
 
 
 def test_all_errors_at_once() -> None:

@@ -15,14 +15,15 @@ from gpuscale.kube import new_api_client, request_json
 from gpuscale.natsio import NATS, jetstream
 from gpuscale_kubesim import KubeSim
 
+from ..waiting import eventually, holds_for
 from .decider_harness import (
     deployment,
     gpuscaler,
     metrics_message,
     publish_metrics,
     running_decider,
+    running_pods,
     settings_for,
-    wait_until,
     watch_decisions,
     write_policies,
 )
@@ -60,7 +61,9 @@ async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
 
     raw_sub = await nats_client.subscribe(subjects.DECISIONS_ALL, cb=on_raw)
     async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         decision = await watch.next(1)
         assert (decision.from_replicas, decision.to_replicas) == (2, 3)
         assert (
@@ -70,37 +73,35 @@ async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
         assert decision.inputs["targets"] == {"gpu_util": 70}
         assert decision.inputs["pods_fresh"] == 2
         assert decision.inputs["recommendation"] == 3
-        await wait_until(lambda: headers, what="raw decision")
+        await eventually(lambda: headers, what="raw decision")
         assert headers[0].get("Nats-Msg-Id") == decision.id
+
         # Durable: the decision is in the JetStream stream.
-        info = await jetstream(nats_client).stream_info(subjects.DECISIONS_STREAM)
-        assert info.state.messages == 1
+        async def stored() -> int:
+            return (await jetstream(nats_client).stream_info(subjects.DECISIONS_STREAM)).state.messages
+
+        assert await eventually(stored, what="the decision stored in its stream") == 1
 
         # The actuator has not acted yet: the same load does not re-publish.
         for _ in range(5):
-            await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)
-        assert len(watch.decisions) == 1
+            await publish_metrics(
+                nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+            )
+        await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") >= 6)
+        # All six messages were handled; a decision would be on its way now. 0.5 s
+        # is many times a publish's round trip on loopback.
+        await holds_for(lambda: len(watch.decisions) == 1, 0.5, what="one decision while pending")
 
         # The actuator applies it; the decider decides afresh on the new count.
         await scale_to(kube_sim, "bert", 3)
-        await wait_until(
-            lambda: (
-                running.decider.workloads[subjects.WorkloadKey("default", "Deployment", "bert")].pending
-                is None
-            ),
-            what="pending decision cleared",
+        await eventually(lambda: running.pending("bert") is None, what="pending decision cleared")
+        await publish_metrics(
+            nats_client, metrics_message("bert", 100.0, 3, pods=await running_pods(kube_sim, "bert", 3))
         )
-        await publish_metrics(nats_client, metrics_message("bert", 100.0, 3))
         second = await watch.next(2)
         assert (second.from_replicas, second.to_replicas) == (3, 5)
-        # Counted once JetStream acknowledged the publish, which may come after
-        # this subscriber already has the message.
-        await wait_until(
-            lambda: running.metric("gpuscale_decider_decisions_total", direction="up") == 2,
-            what="the second decision counted",
-        )
+        # Counted once its publish is acknowledged, which may come after the subscriber saw it.
+        await eventually(lambda: running.metric("gpuscale_decider_decisions_total", direction="up") == 2)
     await raw_sub.unsubscribe()
 
 
@@ -116,16 +117,23 @@ async def test_restart_keeps_the_scale_down_stabilization_window(
     t0 = time.time()
     async with running_decider(settings) as first:
         for _ in range(3):
-            await publish_metrics(nats_client, metrics_message("bert", 70.0, 4))
-        await wait_until(
+            await publish_metrics(
+                nats_client, metrics_message("bert", 70.0, 4, pods=await running_pods(kube_sim, "bert", 4))
+            )
+        await eventually(
             lambda: first.metric("gpuscale_decider_evaluations_total") >= 3, what="3 evaluations"
         )
     offset = {"s": t0 + 250.0 - time.time()}
     async with running_decider(settings) as second, watch_decisions(nats_client) as watch:
         second.decider.clock = lambda: time.time() + offset["s"]
         # 250 s later: the load halves, and the window (anchored at t0) holds it.
-        await publish_metrics(nats_client, metrics_message("bert", 35.0, 4, ts=time.time() + offset["s"]))
-        await wait_until(lambda: second.metric("gpuscale_decider_evaluations_total") >= 1, what="evaluation")
+        await publish_metrics(
+            nats_client,
+            metrics_message(
+                "bert", 35.0, 4, pods=await running_pods(kube_sim, "bert", 4), ts=time.time() + offset["s"]
+            ),
+        )
+        await eventually(lambda: second.metric("gpuscale_decider_evaluations_total") >= 1, what="evaluation")
         evaluation = second.decider.workloads[
             subjects.WorkloadKey("default", "Deployment", "bert")
         ].last_evaluation
@@ -135,7 +143,12 @@ async def test_restart_keeps_the_scale_down_stabilization_window(
         # 320 s after decider 1's history (70 s after decider 2 started): released.
         # A decider that forgot would start a fresh window and still hold.
         offset["s"] = t0 + 320.0 - time.time()
-        await publish_metrics(nats_client, metrics_message("bert", 35.0, 4, ts=time.time() + offset["s"]))
+        await publish_metrics(
+            nats_client,
+            metrics_message(
+                "bert", 35.0, 4, pods=await running_pods(kube_sim, "bert", 4), ts=time.time() + offset["s"]
+            ),
+        )
         decision = await watch.next(1)
         assert (decision.from_replicas, decision.to_replicas) == (4, 2)
 
@@ -149,7 +162,7 @@ async def test_malformed_metrics_are_counted_and_never_crash(
     )
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     key = subjects.WorkloadKey("default", "Deployment", "bert")
-    good = metrics_message("bert", 23.0, 1)
+    good = metrics_message("bert", 23.0, 1, pods=await running_pods(kube_sim, "bert", 1))
     async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
         await nats_client.publish(subjects.metrics(key), b"\xc1 not msgpack")
         await nats_client.publish(subjects.metrics(key), codec.encode_raw({"v": 2, "namespace": "default"}))
@@ -165,12 +178,17 @@ async def test_malformed_metrics_are_counted_and_never_crash(
         def rejected(reason: str) -> float:
             return running.metric("gpuscale_messages_rejected_total", kind="metrics", reason=reason)
 
-        await wait_until(lambda: rejected("bad_subject") >= 1, what="rejections counted")
-        assert rejected("undecodable") == 1
-        assert rejected("wrong_version") == 1
-        assert rejected("not_a_map") == 1
-        assert rejected("subject_mismatch") == 1
-        assert rejected("not_finite") == 1
+        reasons = (
+            "bad_subject",
+            "undecodable",
+            "wrong_version",
+            "not_a_map",
+            "subject_mismatch",
+            "not_finite",
+        )
+        await eventually(
+            lambda: [rejected(r) for r in reasons] == [1.0] * len(reasons), what="each rejection counted once"
+        )
         # Still alive and deciding: the seeds' example, 1 replica at 23 vs 20 -> 2.
         await publish_metrics(nats_client, good)
         decision = await watch.next(1)
@@ -189,14 +207,16 @@ async def test_invalid_policies_in_a_file_are_reported_and_the_valid_ones_work(
     )
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
-        fields = {name: err.fields for name, err in running.decider.policy_error_summary()}
+        fields = {name: err.fields for name, err in running.decider.registry.errors()}
         assert "spec.maxReplicas" in fields["default/broken"]
         assert {"spec.metrics[0].name", "spec.metrics[0].target"} <= set(fields["default/worse"])
         assert any("object" in f for f in fields["default/<document 2>"])
         assert running.metric("gpuscale_decider_invalid_policies_total", field="spec.maxReplicas") == 1
         assert running.metric("gpuscale_decider_policies", state="invalid") == 3
         assert running.metric("gpuscale_decider_policies", state="valid") == 1
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         assert (await watch.next(1)).to_replicas == 3
         assert not running.task.done()
 
@@ -239,51 +259,72 @@ async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflic
         return kube_sim.get("gpuscale.io/v1alpha1", "GPUScaler", name)
 
     async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
-        await wait_until(lambda: running.decider.is_leader(), what="leadership")
+        await eventually(lambda: running.decider.is_leader(), what="leadership")
         lease = kube_sim.get("coordination.k8s.io/v1", "Lease", "gpuscale-decider")
         assert lease["spec"]["holderIdentity"] == "decider-test"
 
         # The invalid object gets a condition naming the field, and is not acted on.
-        await wait_until(lambda: "AbleToScale" in conditions_of(scaler("broken")), what="invalid status")
+        await eventually(lambda: "AbleToScale" in conditions_of(scaler("broken")), what="invalid status")
         able = conditions_of(scaler("broken"))["AbleToScale"]
         assert (able["status"], able["reason"]) == ("False", "InvalidPolicy")
         assert "spec.maxReplicas" in able["message"]
 
-        await wait_until(lambda: running.decider.workloads, what="policies listed")
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await eventually(lambda: running.decider.workloads, what="policies listed")
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         decision = await watch.next(1)
         assert (decision.name, decision.to_replicas) == ("bert", 3)
-        await wait_until(
+        await eventually(
             lambda: (scaler("bert").get("status") or {}).get("targets") == "83/70", what="bert status"
         )
         status = scaler("bert")["status"]
         assert status["reference"] == "Deployment/bert"
         assert status["desiredReplicas"] == 3
         assert status["currentReplicas"] == 2
-        assert status["lastScaleTime"]
+        # As HPA's: the last time the count was changed, so not before the change is made.
+        assert "lastScaleTime" not in status
         assert conditions_of(scaler("bert"))["ScalingActive"]["reason"] == "ValidMetricFound"
+        await scale_to(kube_sim, "bert", 3)  # the actuator's part
+        await publish_metrics(
+            nats_client, metrics_message("bert", 70.0, 3, pods=await running_pods(kube_sim, "bert", 3))
+        )
+        await eventually(
+            lambda: (scaler("bert").get("status") or {}).get("lastScaleTime"), what="lastScaleTime"
+        )
 
         # Another controller on llama: a condition, and no decision.
-        await wait_until(
+        await eventually(
             lambda: (
                 conditions_of(scaler("llama")).get("AbleToScale", {}).get("reason") == "ConflictingController"
             ),
             what="conflict condition",
         )
+        seen = running.metric("gpuscale_messages_in_total", kind="metrics")
         for _ in range(3):
-            await publish_metrics(nats_client, metrics_message("llama", 95.0, 2))
-        await asyncio.sleep(1.0)
-        assert [d.name for d in watch.decisions] == ["bert"]
+            await publish_metrics(
+                nats_client, metrics_message("llama", 95.0, 2, pods=await running_pods(kube_sim, "llama", 2))
+            )
+        await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") >= seen + 3)
+        # Handled, and a decision would have been published within milliseconds.
+        await holds_for(lambda: [d.name for d in watch.decisions] == ["bert"], 1.0, what="no llama decision")
         able = conditions_of(scaler("llama"))["AbleToScale"]
         assert able["status"] == "False"
         assert "HorizontalPodAutoscaler default/llama-hpa" in able["message"]
 
         # Status is written when it changes, not on every message.
         writes = running.metric("gpuscale_decider_status_writes_total")
+        seen = running.metric("gpuscale_messages_in_total", kind="metrics")
         for _ in range(5):
-            await publish_metrics(nats_client, metrics_message("llama", 95.0, 2))
-        await asyncio.sleep(0.5)
-        assert running.metric("gpuscale_decider_status_writes_total") == writes
+            await publish_metrics(
+                nats_client, metrics_message("llama", 95.0, 2, pods=await running_pods(kube_sim, "llama", 2))
+            )
+        await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") >= seen + 5)
+        await holds_for(
+            lambda: running.metric("gpuscale_decider_status_writes_total") == writes,
+            0.5,
+            what="no status write",
+        )
 
         # Edits and deletes arrive through the watch.
         api = await new_api_client(Path(kube_sim.kubeconfig_path))
@@ -300,10 +341,10 @@ async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflic
         finally:
             await api.close()
         bert = subjects.WorkloadKey("default", "Deployment", "bert")
-        await wait_until(
+        await eventually(
             lambda: running.decider.workloads[bert].scaler.spec.max_replicas == 3, what="edit seen"
         )
-        await wait_until(lambda: not running.decider.invalid, what="delete seen")
+        await eventually(lambda: not running.decider.registry.invalid, what="delete seen")
 
 
 async def test_only_the_leader_publishes(
@@ -318,18 +359,24 @@ async def test_only_the_leader_publishes(
         running_decider(two) as b,
         watch_decisions(nats_client) as watch,
     ):
-        await wait_until(lambda: a.decider.is_leader() or b.decider.is_leader(), what="a leader")
-        await wait_until(lambda: a.decider.workloads and b.decider.workloads, what="policies listed")
+        await eventually(lambda: a.decider.is_leader() or b.decider.is_leader(), what="a leader")
+        await eventually(lambda: a.decider.workloads and b.decider.workloads, what="policies listed")
         assert not (a.decider.is_leader() and b.decider.is_leader())
         leader = "decider-a" if a.decider.is_leader() else "decider-b"
         lease = kube_sim.get("coordination.k8s.io/v1", "Lease", "gpuscale-decider")
         assert lease["spec"]["holderIdentity"] == leader
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         await watch.next(1)
-        await asyncio.sleep(1.0)
-        assert len(watch.decisions) == 1
         standby = b if leader == "decider-a" else a
-        assert standby.metric("gpuscale_decider_evaluations_total") == 0
+        await eventually(lambda: standby.metric("gpuscale_messages_in_total", kind="metrics") >= 1)
+        # Both got the message; the standby would have decided within milliseconds.
+        await holds_for(
+            lambda: len(watch.decisions) == 1 and standby.metric("gpuscale_decider_evaluations_total") == 0,
+            1.0,
+            what="only the leader decides",
+        )
 
 
 async def test_survives_a_nats_restart_and_an_api_server_failure(
@@ -340,25 +387,32 @@ async def test_survives_a_nats_restart_and_an_api_server_failure(
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     async with running_decider(settings) as running:
         kube_sim.faults.add("GET", r"/deployments/bert/scale$", status=503, count=2)
-        await publish_metrics(nats_client, metrics_message("bert", 70.0, 2))
-        await wait_until(
+        await publish_metrics(
+            nats_client, metrics_message("bert", 70.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
+        await eventually(
             lambda: running.metric("gpuscale_decider_scale_read_failures_total", status="503") >= 1,
             what="a failed scale read",
         )
         await asyncio.to_thread(nats_server.restart)
-        await wait_until(lambda: nats_client.is_connected, timeout_s=15, what="test client reconnected")
-        await wait_until(
+        await eventually(lambda: nats_client.is_connected, timeout_s=15, what="test client reconnected")
+        await eventually(
             lambda: running.metric("gpuscale_nats_reconnects_total") >= 1,
             timeout_s=15,
             what="decider reconnected",
         )
-        await asyncio.sleep(0.3)  # the decider re-subscribes as part of its reconnect
         async with watch_decisions(nats_client) as watch:
-            for _ in range(20):  # until a message lands on the re-established subscription
-                await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
-                if watch.decisions:
-                    break
-                await asyncio.sleep(0.25)
+
+            async def decided() -> bool:
+                # The decider re-subscribes as part of its reconnect: publish until
+                # a message lands on the re-established subscription.
+                await publish_metrics(
+                    nats_client,
+                    metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2)),
+                )
+                return bool(watch.decisions)
+
+            await eventually(decided, what="a decision after the restart")
             decision = await watch.next(1)
         assert (decision.from_replicas, decision.to_replicas) == (2, 3)
         assert not running.task.done()
@@ -372,10 +426,12 @@ async def test_a_broken_policy_file_keeps_the_policies_loaded_before(
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     async with running_decider(settings) as running, watch_decisions(nats_client) as watch:
         policies.write_text("spec: [unclosed\n")
-        await wait_until(
+        await eventually(
             lambda: running.metric("gpuscale_decider_invalid_policies_total", field="file") >= 1,
             what="broken file noticed",
         )
-        await publish_metrics(nats_client, metrics_message("bert", 83.0, 2))
+        await publish_metrics(
+            nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
+        )
         assert (await watch.next(1)).to_replicas == 3
         assert not running.task.done()

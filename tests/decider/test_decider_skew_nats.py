@@ -23,12 +23,13 @@ from gpuscale.wire import WorkloadMetrics
 from gpuscale_kubesim import KubeSim
 
 from ..skew import ENGINE_METRICS, golden, newer, newer_names, older, pack, restamp
+from ..waiting import eventually
 from .decider_harness import (
     deployment,
     gpuscaler,
     running_decider,
+    running_pods,
     settings_for,
-    wait_until,
     watch_decisions,
     write_policies,
 )
@@ -38,12 +39,15 @@ pytestmark = pytest.mark.integration
 KEY = subjects.WorkloadKey("default", "Deployment", "bert")
 
 
-def _variant(name: str) -> dict[str, Any]:
-    base = golden("metrics")  # gpu_util 43.5 on 1 fresh pod (and 1 stale)
+def _variant(name: str, pod: str) -> dict[str, Any]:
+    """The golden metrics (gpu_util 43.5 on 1 fresh pod, 1 stale) as ``name``'s
+    aggregator sends them, the fresh pod renamed to the target's real pod."""
+    base = golden("metrics")
     if name == "newer":
-        return newer(base, WorkloadMetrics)
-    if name == "older":
-        return older(base, WorkloadMetrics)
+        base = newer(base, WorkloadMetrics)
+    elif name == "older":
+        base = older(base, WorkloadMetrics)
+    base["pods"][0]["pod"] = pod
     return base
 
 
@@ -68,7 +72,8 @@ async def test_metrics_from_another_aggregator_version_lead_to_a_decision(
     )
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     async with running_decider(settings) as running, watch_decisions(nats_client) as decisions:
-        payload = pack(restamp(_variant(variant), time.time()))
+        (pod,) = await running_pods(kube_sim, "bert", 1)
+        payload = pack(restamp(_variant(variant, pod), time.time()))
         for _ in range(3):  # the same message again changes nothing: one decision, names counted once
             await nats_client.publish(subjects.metrics(KEY), payload)
         await nats_client.flush()
@@ -79,7 +84,7 @@ async def test_metrics_from_another_aggregator_version_lead_to_a_decision(
         assert not any(metric in decision.reason for metric in ENGINE_METRICS)
         assert decision.inputs["averages"]["gpu_util"] == 43.5
         assert set(decision.inputs["averages"]).isdisjoint(ENGINE_METRICS)
-        await wait_until(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") == 3)
+        await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") == 3)
         assert _counted("gpuscale_messages_rejected", running) == {}
         expected = newer_names(golden("metrics"), WorkloadMetrics) if variant == "newer" else set()
         assert _counted("gpuscale_messages_unknown_fields", running) == dict.fromkeys(expected, 1.0)
@@ -99,7 +104,8 @@ async def test_a_metric_the_policy_asks_for_and_the_message_lacks_is_missing_dat
             metrics=[{"name": "gpu_util", "target": 20}, {"name": "sm_active", "target": 50}],
         ),
     )
-    payload = older(golden("metrics"), WorkloadMetrics)
+    (pod,) = await running_pods(kube_sim, "bert", 1)
+    payload = _variant("older", pod)
     del payload["averages"]["sm_active"]
     for pod in payload["pods"]:
         del pod["values"]["sm_active"]

@@ -1,18 +1,20 @@
-"""The Decider's bookkeeping without servers: our own adapters stand in for
-NATS and Kubernetes (a list publisher, a dict replica source, a list status sink)."""
+"""The Decider's shell without servers: our own adapters stand in for NATS
+and Kubernetes (a list publisher, a dict scale source, static pods, a list
+status sink)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpuscale import codec, subjects
-from gpuscale.kube import NotFound, ScaleTargetRef
+from gpuscale.kube import NotFound, ScaleState, ScaleTargetRef
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
-from gpuscale_decider.core.policy import GPUScaler, parse_gpuscaler
+from gpuscale.policy import GPUScaler, parse_gpuscaler
+from gpuscale.policyfile import parse_documents
+from gpuscale.wire import Action, Decision, MetricValues, PodMetrics, WorkloadMetrics
+from gpuscale_decider.core.reconcile import Config
 from gpuscale_decider.decider import Decider
-from gpuscale_decider.policies import parse_documents
-from gpuscale_decider.sources import MemoryStateStore, StaticReplicaSource
+from gpuscale_decider.sources import MemoryStateStore, StaticPods, StaticScaleSource
 
 NOW = 1_800_000_000.0
 KEY = subjects.WorkloadKey("default", "Deployment", "bert")
@@ -29,8 +31,8 @@ class ListStatus:
         return [s for _, n, s in self.writes if n == name][-1]
 
 
-class MissingTarget(StaticReplicaSource):
-    async def replicas(self, ref: ScaleTargetRef, now: float) -> int:
+class MissingTarget(StaticScaleSource):
+    async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
         raise NotFound(404, f"deployments.apps {ref.name!r} not found")
 
 
@@ -61,7 +63,7 @@ def message(util: float, fresh: int, ts: float = NOW) -> tuple[str, bytes]:
 
 
 def make(
-    replicas: StaticReplicaSource | None = None,
+    scales: StaticScaleSource | None = None,
 ) -> tuple[Decider, list[Decision], ListStatus, dict[str, float]]:
     published: list[Decision] = []
     clock = {"now": NOW}
@@ -70,22 +72,23 @@ def make(
         published.append(d)
 
     status = ListStatus()
+    scales = scales or StaticScaleSource(default=2)
     decider = Decider(
         ServiceMetrics("test-decider"),
-        replicas or StaticReplicaSource(default=2),
+        scales,
+        StaticPods(scales),
         MemoryStateStore(),
         publish,
         status=status,
         clock=lambda: clock["now"],
-        actuation_timeout_s=30.0,
+        config=Config(actuation_timeout_s=30.0),
     )
     return decider, published, status, clock
 
 
 async def test_one_decision_then_quiet_until_the_target_moves_or_the_timeout() -> None:
-    source = StaticReplicaSource(default=2)
-    decider, published, _, clock = make(source)
-    decider.set_policies([policy()], [])
+    decider, published, _, clock = make(StaticScaleSource(default=2))
+    decider.registry.set_policies([policy()], [])
     await decider.handle_metrics(*message(83.0, 2))
     await decider.idle()
     assert [(d.from_replicas, d.to_replicas) for d in published] == [(2, 3)]
@@ -102,7 +105,7 @@ async def test_one_decision_then_quiet_until_the_target_moves_or_the_timeout() -
 
 async def test_a_second_gpuscaler_on_the_same_target_is_told_why_not() -> None:
     decider, published, status, _ = make()
-    decider.set_policies([policy("bert"), policy("bert-copy", "bert")], [])
+    decider.registry.set_policies([policy("bert"), policy("bert-copy", "bert")], [])
     able = {c["type"]: c for c in status.last("bert-copy")["conditions"]}["AbleToScale"]
     assert (able["status"], able["reason"]) == ("False", "ConflictingController")
     assert "GPUScaler default/bert already scales Deployment/bert" in able["message"]
@@ -110,20 +113,20 @@ async def test_a_second_gpuscaler_on_the_same_target_is_told_why_not() -> None:
     await decider.idle()
     assert len(published) == 1
     # The owner goes away: the second takes over.
-    decider.remove_policy("default", "bert")
+    decider.registry.remove_policy("default", "bert")
     assert decider.workloads[KEY].scaler.name == "bert-copy"
 
 
 async def test_conflicting_hpa_blocks_decisions_and_is_reported() -> None:
     decider, published, status, _ = make()
-    decider.set_policies([policy()], [])
-    decider.set_conflicts({KEY: "HorizontalPodAutoscaler default/bert"})
+    decider.registry.set_policies([policy()], [])
+    decider.registry.set_conflicts({KEY: "HorizontalPodAutoscaler default/bert"})
     await decider.handle_metrics(*message(95.0, 2))
     await decider.idle()
     assert published == []
     able = {c["type"]: c for c in status.last("bert")["conditions"]}["AbleToScale"]
     assert (able["status"], able["reason"]) == ("False", "ConflictingController")
-    decider.set_conflicts({})
+    decider.registry.set_conflicts({})
     await decider.handle_metrics(*message(95.0, 2))
     await decider.idle()
     assert len(published) == 1
@@ -131,7 +134,7 @@ async def test_conflicting_hpa_blocks_decisions_and_is_reported() -> None:
 
 async def test_missing_target_is_a_condition_not_a_crash() -> None:
     decider, published, status, _ = make(MissingTarget())
-    decider.set_policies([policy()], [])
+    decider.registry.set_policies([policy()], [])
     await decider.handle_metrics(*message(95.0, 2))
     await decider.idle()
     assert published == []
@@ -141,17 +144,17 @@ async def test_missing_target_is_a_condition_not_a_crash() -> None:
 
 async def test_policy_edits_apply_and_deletes_forget() -> None:
     decider, published, _, _ = make()
-    decider.set_policies([policy(maxReplicas=10)], [])
-    decider.upsert_policy(policy(maxReplicas=2, minReplicas=2))
+    decider.registry.set_policies([policy(maxReplicas=10)], [])
+    decider.registry.upsert_policy(policy(maxReplicas=2, minReplicas=2))
     await decider.handle_metrics(*message(95.0, 2))
     await decider.idle()
     assert published == []  # already at the new max
     valid, invalid = parse_documents([{"metadata": {"name": "bert"}, "spec": {"maxReplicas": 0}}])
-    decider.set_policies(valid, invalid)
+    decider.registry.set_policies(valid, invalid)
     assert KEY not in decider.workloads
-    assert "default/bert" in dict(decider.policy_error_summary())
-    decider.set_policies([], [])
-    assert decider.policy_error_summary() == []
+    assert "default/bert" in dict(decider.registry.errors())
+    decider.registry.set_policies([], [])
+    assert decider.registry.errors() == []
 
 
 async def test_metrics_for_unknown_workloads_are_counted_not_rejected() -> None:
@@ -174,3 +177,41 @@ def test_state_keys_are_valid_kv_keys_and_distinct() -> None:
     }
     assert len(keys) == 4
     assert all(re.fullmatch(r"[-/_=.a-zA-Z0-9]+", k) for k in keys)
+
+
+async def test_the_action_report_ends_the_wait_at_once() -> None:
+    """No 30 s deadline: the actuator's report on the actions subject settles
+    the decision, and a failed one lets the decider decide afresh."""
+    decider, published, _, clock = make(StaticScaleSource(default=2))
+    decider.registry.set_policies([policy()], [])
+    await decider.handle_metrics(*message(83.0, 2))
+    await decider.idle()
+    first = published[0]
+    failed = Action(
+        first.id, clock["now"], "failed", 2, 2, "the API server said no", "default", "Deployment", "bert"
+    )
+    await decider.handle_action(subjects.actions(KEY), codec.encode(failed))
+    assert decider.workloads[KEY].memory is not None
+    assert decider.workloads[KEY].memory.state.pending is None  # type: ignore[union-attr]  # checked above
+    clock["now"] += 2  # a failed decision is retried after a backoff (5 s, then doubling)
+    await decider.handle_metrics(*message(83.0, 2, clock["now"]))
+    await decider.idle()
+    assert len(published) == 1
+    evaluation = decider.workloads[KEY].last_evaluation
+    assert evaluation is not None
+    assert "could not be applied (the API server said no): next try in 3 s" in evaluation.reason
+    clock["now"] += 4
+    await decider.handle_metrics(*message(83.0, 2, clock["now"]))
+    await decider.idle()
+    assert len(published) == 2
+    assert published[1].id != published[0].id
+    other = Action("someone-else", clock["now"], "applied", 2, 3)
+    await decider.handle_action(subjects.actions(KEY), codec.encode(other))
+    assert decider.workloads[KEY].memory.state.pending is not None  # type: ignore[union-attr]  # not ours: ignored
+    await decider.handle_action(subjects.actions(KEY), b"\xc1 not msgpack")
+    assert (
+        decider.metrics.registry.get_sample_value(
+            "gpuscale_messages_rejected_total", {"kind": "actions", "reason": "undecodable"}
+        )
+        == 1
+    )

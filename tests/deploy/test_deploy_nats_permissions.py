@@ -28,6 +28,7 @@ from gpuscale.embedded_nats import EmbeddedNats, find_binary
 from gpuscale.natsio import declare_kv, declare_stream, headers_msg_id
 from gpuscale_actuator import app as actuator_app
 
+from ..waiting import eventually
 from .deploy_support import NATS_AUTH_CONF, NATS_MAIN_CONF, command_options
 
 pytestmark = pytest.mark.integration
@@ -69,11 +70,11 @@ class Session:
     errors: list[str] = field(default_factory=list)
 
     async def permission_errors(self, count: int, timeout_s: float = 10.0) -> list[str]:
-        async def enough() -> None:
-            while sum("permissions violation" in e for e in self.errors) < count:
-                await asyncio.sleep(0.02)
-
-        await asyncio.wait_for(enough(), timeout_s)
+        await eventually(
+            lambda: sum("permissions violation" in e for e in self.errors) >= count,
+            timeout_s,
+            what=f"{count} permission violations",
+        )
         return [e for e in self.errors if "permissions violation" in e]
 
 
@@ -203,7 +204,9 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
         subjects.DECISIONS_ALL,
         durable=actuator_app.DURABLE,
         stream=subjects.DECISIONS_STREAM,
-        config=actuator_app.consumer_config(30.0),
+        config=actuator_app.consumer_config(
+            actuator_app.ActuatorSettings(nats_url=("nats://unused",), ack_wait=30.0)
+        ),
     )
     (msg,) = await pull.fetch(1, timeout=5)
     assert msg.data == b"decision-1"

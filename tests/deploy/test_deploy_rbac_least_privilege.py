@@ -138,6 +138,8 @@ DECIDER_NEEDS = [
     ("list", "apps", "statefulsets"),
     ("list", "autoscaling", "horizontalpodautoscalers"),
     ("list", "keda.sh", "scaledobjects"),
+    ("list", "", "pods"),
+    ("watch", "", "pods"),
 ]
 
 ACTUATOR_NEEDS = [
@@ -150,6 +152,8 @@ ACTUATOR_NEEDS = [
     ("create", "", "events"),
     ("patch", "", "events"),
     ("create", "events.k8s.io", "events"),
+    ("list", "gpuscale.io", "gpuscalers"),
+    ("watch", "gpuscale.io", "gpuscalers"),
 ]
 
 
@@ -179,6 +183,14 @@ def test_the_decider_writes_only_gpuscaler_status_and_its_lease(objects: list[Ob
         ("gpuscale", "coordination.k8s.io", "leases"),
     }
     assert not grant.allows("update", "gpuscale.io", "gpuscalers")
+
+
+def test_the_decider_lists_and_watches_pods_and_nothing_more_of_them(objects: list[Obj]) -> None:
+    grant = _grant(objects, "gpuscale-decider")
+    for verb in ("get", *WRITE_VERBS):
+        assert not grant.allows(verb, "", "pods"), verb
+    assert not grant.allows("get", "", "pods/log")
+    assert not grant.allows("create", "", "pods/exec")
 
 
 @pytest.mark.parametrize("account", ["gpuscale-decider", "gpuscale-actuator"])

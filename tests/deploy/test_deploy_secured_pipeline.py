@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from gpuscale_cli.demo.processes import ProcessGroup
 from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload, gpuscaler
+from ..waiting import eventually_while_running
 from .deploy_support import DEPLOY, NATS_AUTH_CONF, Obj, find, of_kind, render
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -172,16 +172,8 @@ def _denials(group: ProcessGroup) -> str:
     return "\n".join(lines[:10]) if lines else "(none)"
 
 
-async def _wait_for(predicate: Callable[[], Any], timeout_s: float, group: ProcessGroup, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        died = group.exited()
-        assert not died, f"{[c.name for c in died]} exited:\n" + "\n".join(c.tail(20) for c in died)
-        if time.monotonic() > deadline:
-            denied = _denials(group)
-            logs = "\n".join(f"--- {c.name}\n{c.tail(10)}" for c in group.children)
-            raise AssertionError(f"timed out waiting for {what}\nrefused by RBAC or NATS:\n{denied}\n{logs}")
-        await asyncio.sleep(0.3)
+def _refusals(group: ProcessGroup) -> Callable[[], str]:
+    return lambda: f"refused by RBAC or NATS:\n{_denials(group)}"
 
 
 async def test_the_services_scale_with_only_the_permissions_deploy_grants(
@@ -202,7 +194,9 @@ async def test_the_services_scale_with_only_the_permissions_deploy_grants(
     async def probe_logged() -> bool:
         return any("probe" in line for line in _violations(nats_log))
 
-    await _wait_for(probe_logged, 10, group, "the probe's violation in the nats-server log")
+    await eventually_while_running(
+        group, probe_logged, 10, "the probe's violation in the nats-server log", explain=_refusals(group)
+    )
 
     outcomes: list[str] = []
 
@@ -223,8 +217,12 @@ async def test_the_services_scale_with_only_the_permissions_deploy_grants(
             return "applied" in outcomes or "conflict_retried" in outcomes
 
         sim.set_load(NAMESPACE, NAME, 150)  # one pod at 100 % against a target of 60
-        await _wait_for(scaled_up, WINDOW_S + 45, group, "a scale-up through the secured NATS")
-        await _wait_for(applied, 15, group, "the actuator's action report")
+        await eventually_while_running(
+            group, scaled_up, WINDOW_S + 45, "a scale-up through the secured NATS", explain=_refusals(group)
+        )
+        await eventually_while_running(
+            group, applied, 15, "the actuator's action report", explain=_refusals(group)
+        )
     finally:
         await api.close()
         await observer.close()

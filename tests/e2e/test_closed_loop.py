@@ -12,7 +12,7 @@ import contextlib
 import json
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from gpuscale_cli.demo.processes import ProcessGroup
 
 from ..contract import message_name_for_subject, validate_payload
 from ..k8s_objects import gpu_workload, gpuscaler
+from ..waiting import eventually_while_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,11 +77,7 @@ async def pipeline(
         "--nodes", "2", "--gpus-per-node", "8", "--startup-delay", "1", "--termination-delay", "0.5",
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while not kubeconfig.exists():
-            assert time.monotonic() < deadline, group.children[0].tail()
-            assert not group.exited(), group.children[0].tail()
-            await asyncio.sleep(0.1)
+        await eventually_while_running(group, kubeconfig.exists, 30, "kube-sim's kubeconfig")
         kube = ("--kubeconfig", str(kubeconfig), "--http-port", "0")
         group.start("actuator", "actuator", *kube)
         group.start("decider", "decider", *kube)
@@ -118,19 +115,6 @@ async def pipeline(
             assert "Traceback" not in child.log_path.read_text(errors="replace"), logs
 
 
-async def _wait_for(predicate: Callable[[], Any], timeout_s: float, group: ProcessGroup, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if await predicate():
-            return
-        died = group.exited()
-        assert not died, f"{[c.name for c in died]} exited:\n" + "\n".join(c.tail(20) for c in died)
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {c.name}\n{c.tail(10)}" for c in group.children)
-            raise AssertionError(f"timed out waiting for {what}\n{logs}")
-        await asyncio.sleep(0.5)
-
-
 async def test_replicas_follow_the_load_up_and_back_down(
     nats_server: EmbeddedNats, pipeline: tuple[str, Path, ProcessGroup]
 ) -> None:
@@ -151,7 +135,9 @@ async def test_replicas_follow_the_load_up_and_back_down(
             return int(scale.spec.replicas)
 
         _put_load(sim_url, 20)
-        await _wait_for(lambda: _has(captured, "WorkloadMetrics"), 30, group, "the first metrics message")
+        await eventually_while_running(
+            group, lambda: _has(captured, "WorkloadMetrics"), 30, "the first metrics message"
+        )
 
         # Load step: one pod at 100 % against a target of 60 -> up, then 3 pods at ~50 %.
         stepped = time.monotonic()
@@ -160,7 +146,7 @@ async def test_replicas_follow_the_load_up_and_back_down(
         async def scaled_up() -> bool:
             return await replicas() >= 3
 
-        await _wait_for(scaled_up, WINDOW_S + 40, group, "scale-up to 3 replicas")
+        await eventually_while_running(group, scaled_up, WINDOW_S + 40, "scale-up to 3 replicas")
         scale_up_s = time.monotonic() - stepped
 
         # Load falls: after the 6 s scale-down stabilization, back to min.
@@ -169,11 +155,17 @@ async def test_replicas_follow_the_load_up_and_back_down(
         async def scaled_down() -> bool:
             return await replicas() == 1
 
-        await _wait_for(scaled_down, WINDOW_S + 6 + 40, group, "scale-down to 1 replica")
+        await eventually_while_running(group, scaled_down, WINDOW_S + 6 + 40, "scale-down to 1 replica")
 
-        scaler = await CustomObjectsApi(api).get_namespaced_custom_object(
-            "gpuscale.io", "v1alpha1", NAMESPACE, "gpuscalers", NAME
-        )
+        async def status_says_one() -> dict[str, Any] | None:
+            scaler = await CustomObjectsApi(api).get_namespaced_custom_object(
+                "gpuscale.io", "v1alpha1", NAMESPACE, "gpuscalers", NAME
+            )
+            status = scaler.get("status") or {}
+            return status if status.get("desiredReplicas") == 1 else None
+
+        # The status is written beside the decision, not before it: wait for it.
+        status = await eventually_while_running(group, status_says_one, 15, "the status to say 1")
     finally:
         await api.close()
         await drain(nc)
@@ -190,8 +182,6 @@ async def test_replicas_follow_the_load_up_and_back_down(
         for payload in payloads[:50]:
             validate_payload(name, payload)
     assert {"SampleBatch", "WorkloadMetrics", "Decision", "Action"} <= set(captured)
-    status = scaler.get("status") or {}
-    assert status.get("desiredReplicas") == 1
     assert status.get("lastScaleTime")
 
 

@@ -27,6 +27,7 @@ from ..actuator import actuator_harness
 from ..actuator.test_actuator_service_sim import replicas_of
 from ..decider import decider_harness
 from ..skew import ENGINE_METRICS, golden, newer, older, pack, restamp
+from ..waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,22 +54,27 @@ class Aggregator:
                 await asyncio.wait_for(self.stop.wait(), 0.2)
 
 
-def newer_metrics(now: float) -> dict[str, Any]:
-    """Golden metrics (gpu_util 43.5 on 1 fresh pod) as a newer aggregator sends them."""
-    return restamp(newer(golden("metrics"), WorkloadMetrics), now)
+def newer_metrics(pod: str) -> Callable[[float], dict[str, Any]]:
+    """Golden metrics (gpu_util 43.5 on 1 fresh pod) as a newer aggregator sends them,
+    the fresh pod being the target's real pod."""
+
+    def build(now: float) -> dict[str, Any]:
+        payload = newer(golden("metrics"), WorkloadMetrics)
+        payload["pods"][0]["pod"] = pod
+        return restamp(payload, now)
+
+    return build
 
 
-def older_metrics(replicas: int) -> Callable[[float], dict[str, Any]]:
+def older_metrics(pods: list[str]) -> Callable[[float], dict[str, Any]]:
     """An older aggregator's message: no optional field, no engine metric; every pod fresh at 43.5."""
 
     def build(now: float) -> dict[str, Any]:
         base = older(golden("metrics"), WorkloadMetrics)
         values = {"gpu_util": 43.5, "power_w": 300.0}
-        base["pods"] = [
-            {"pod": f"bert-{i}", "values": values, "last_seen": now - 0.5} for i in range(replicas)
-        ]
+        base["pods"] = [{"pod": pod, "values": values, "last_seen": now - 0.5} for pod in pods]
         base["averages"] = values
-        base["pods_fresh"], base["pods_stale"] = replicas, 0
+        base["pods_fresh"], base["pods_stale"] = len(pods), 0
         base["ts"] = now
         return base
 
@@ -86,7 +92,9 @@ async def test_decisions_flow_while_producers_run_other_versions(
     decider_settings = decider_harness.settings_for(
         nats_server.url, kube_sim.kubeconfig_path, policies=policies
     )
-    actuator_settings = actuator_harness.settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    actuator_settings = actuator_harness.settings_for(
+        nats_server.url, kube_sim.kubeconfig_path, policies=policies
+    )
     fake = Aggregator(nats_client)
     sender = asyncio.create_task(fake.run())
     try:
@@ -97,7 +105,7 @@ async def test_decisions_flow_while_producers_run_other_versions(
             actuator_harness.running_actuator(actuator_settings) as actuator,
         ):
             # One step newer: engine metrics and unknown fields beside gpu_util.
-            fake.build = newer_metrics
+            fake.build = newer_metrics((await decider_harness.running_pods(kube_sim, "bert", 1))[0])
             first = await decisions.next(1, timeout_s=20)
             assert (first.from_replicas, first.to_replicas) == (1, 3)
             assert first.reason.startswith("gpu_util 43.5 over target 20")
@@ -105,15 +113,13 @@ async def test_decisions_flow_while_producers_run_other_versions(
             assert await replicas_of(kube_sim) == 3
 
             # One step older: no engine metric, no optional field; the 3 pods report.
-            fake.build = older_metrics(3)
+            fake.build = older_metrics(await decider_harness.running_pods(kube_sim, "bert", 3))
             second = await decisions.next(2, timeout_s=20)
             assert second.from_replicas == 3
             assert second.to_replicas > 3
             assert second.reason.startswith("gpu_util 43.5 over target 20")
             assert (await actions.wait_for(second.id)).outcome in SUCCESS
-            await decider_harness.wait_until(
-                lambda: _replicas_are(kube_sim, second.to_replicas), what="the second PATCH"
-            )
+            await eventually(lambda: _replicas_are(kube_sim, second.to_replicas), what="the second PATCH")
 
             for d in (first, second):
                 assert not any(metric in d.reason for metric in ENGINE_METRICS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -12,6 +11,7 @@ import pytest
 from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -20,18 +20,6 @@ NS = "default"
 
 def deployment(name: str, replicas: int = 1, gpus: int | None = 1) -> dict[str, Any]:
     return gpu_workload(name, replicas, namespace=NS, gpus=gpus, image="triton")
-
-
-async def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    """Poll ``check`` until it returns something truthy (generous: tests run in parallel)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.02)
 
 
 def alive(sim: KubeSim, app: str) -> list[dict[str, Any]]:
@@ -260,6 +248,13 @@ spec:
     - name: v1
       served: true
       storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties: {size: {type: integer}}
       additionalPrinterColumns:
         - {name: Size, type: integer, jsonPath: .spec.size}
 ---

@@ -45,6 +45,7 @@ def test_crd_shape() -> None:
         "behavior",
         "fallback",
         "paused",
+        "notReadyPods",
     }
     rules = props["spec"]["properties"]["behavior"]["properties"]["scaleDown"]["properties"]
     assert set(rules) == {

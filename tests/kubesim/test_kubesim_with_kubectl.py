@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpuscale_kubesim import KubeSim
+
+from ..waiting import eventually
+from .conftest import Kubectl
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = [
@@ -42,45 +42,8 @@ spec:
 """
 
 
-class Kubectl:
-    def __init__(self, sim: KubeSim, cache: Path) -> None:
-        self.sim = sim
-        self.cache = cache
-
-    async def __call__(self, *args: str, check: bool = True) -> str:
-        assert KUBECTL is not None
-        process = await asyncio.create_subprocess_exec(
-            KUBECTL,
-            f"--kubeconfig={self.sim.kubeconfig_path}",
-            f"--cache-dir={self.cache}",
-            "--request-timeout=20s",
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), timeout=60)
-        text = out.decode() + err.decode()
-        if check:
-            assert process.returncode == 0, f"kubectl {' '.join(args)} failed: {text}"
-        return text
-
-
-@pytest.fixture
-def kubectl(kube_sim: KubeSim, tmp_path: Path) -> Kubectl:
-    return Kubectl(kube_sim, tmp_path / "kubectl-cache")
-
-
 def rows(table: str) -> list[list[str]]:
     return [line.split() for line in table.strip().splitlines()]
-
-
-async def eventually(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not (result := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s")
-        await asyncio.sleep(0.05)
-    return result
 
 
 async def test_create_get_scale_delete_deployment(

@@ -13,7 +13,8 @@ from kubernetes_asyncio.client import ApiClient, ApiException, Configuration
 from gpuscale.kube import new_api_client
 from gpuscale_kubesim import KubeSim
 
-from ..k8s_objects import gpu_workload, gpuscaler
+from ..k8s_objects import gpu_workload, gpuscaler, keda_crd
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +63,12 @@ async def test_scale_subresource_read_patch_replace(kube_sim: KubeSim, api: ApiC
     )
     assert json_patched.spec.replicas == 3
 
+    # Read-then-replace races the controllers (a status write is a new resourceVersion, as on a real
+    # server): let the Deployment settle first.
+    await eventually(
+        lambda: kube_sim.get("apps/v1", "Deployment", "bert")["status"].get("readyReplicas") == 3,
+        what="the Deployment to settle",
+    )
     scale = await apps.read_namespaced_deployment_scale("bert", NS)
     scale.spec.replicas = 4
     replaced = await apps.replace_namespaced_deployment_scale("bert", NS, scale)
@@ -263,7 +270,7 @@ async def test_events_written_either_way_are_read_both_ways(api: ApiClient) -> N
     await events_v1.create_namespaced_event(
         NS,
         client.EventsV1Event(
-            metadata=client.V1ObjectMeta(generate_name="bert."),
+            metadata=client.V1ObjectMeta(generate_name="bert-"),  # "bert." would end in a dot: invalid
             event_time="2026-01-01T00:00:00.000000Z",
             action="Scale",
             reason="ScaledUp",
@@ -315,6 +322,7 @@ async def test_hpa_and_scaledobject_lists(kube_sim: KubeSim, api: ApiClient) -> 
             },
         }
     )
+    await kube_sim.create(keda_crd())  # KEDA installed
     await kube_sim.create(
         {
             "apiVersion": "keda.sh/v1alpha1",
@@ -450,13 +458,12 @@ async def test_injected_faults_fail_then_clear(kube_sim: KubeSim, api: ApiClient
 async def _wait_for_pods(
     core: client.CoreV1Api, selector: str, count: int, ready: bool
 ) -> list[client.V1Pod]:
-    pods: list[client.V1Pod] = []
-    for _ in range(100):
-        pods = (await core.list_namespaced_pod(NS, label_selector=selector)).items
-        alive = [p for p in pods if p.metadata.deletion_timestamp is None]
-        if len(alive) == count and (not ready or all(p.status.phase == "Running" for p in alive)):
-            return alive
-        await asyncio.sleep(0.05)
-    raise AssertionError(
-        f"wanted {count} pods (ready={ready}), have {[(p.metadata.name, p.status.phase) for p in pods]}"
-    )
+    async def pods() -> list[client.V1Pod]:
+        listed = (await core.list_namespaced_pod(NS, label_selector=selector)).items
+        alive = [p for p in listed if p.metadata.deletion_timestamp is None]
+        have = [(p.metadata.name, p.status.phase) for p in listed]
+        assert len(alive) == count, f"wanted {count} pods, have {have}"
+        assert not ready or all(p.status.phase == "Running" for p in alive), f"wanted them running: {have}"
+        return alive
+
+    return await eventually(pods, what=f"{count} pods of {selector}")

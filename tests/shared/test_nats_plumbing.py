@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -18,20 +19,14 @@ from gpuscale.natsio import (
     headers_msg_id,
     is_connected,
     jetstream,
+    redact,
 )
 from gpuscale.wire import SampleBatch
 
+from ..waiting import eventually, holds_for
 from .wire_factories import NOW, batch
 
 pytestmark = pytest.mark.integration
-
-
-async def _eventually(predicate: object, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():  # type: ignore[operator]  # a zero-argument callable
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def test_publish_and_subscribe_a_typed_message(nats_client: NATS) -> None:
@@ -55,24 +50,25 @@ async def test_subscription_survives_a_server_restart_on_the_same_port(nats_serv
 
     await nc.subscribe("t.>", cb=on_msg)
     await nc.publish("t.before", b"1")
-    await _eventually(lambda: got == [b"1"])
+    await eventually(lambda: got == [b"1"])
 
     nats_server.stop()
-    await _eventually(lambda: not nc.is_connected)
+    await eventually(lambda: not nc.is_connected)
     assert is_connected(nc)[0] is False
     nats_server.start()
-    await _eventually(lambda: nc.is_connected, timeout_s=15)
+    await eventually(lambda: nc.is_connected, timeout_s=15)
 
     # A separate publisher proves the server really routes to the old subscription.
     publisher = await connect([nats_server.url], ServiceMetrics("pub"), name="pub")
-    await _eventually(lambda: nc.is_connected)
-    for _ in range(50):  # the re-subscription reaches the server shortly after reconnect
+    await eventually(lambda: nc.is_connected)
+
+    async def routed() -> bool:
+        # The re-subscription reaches the server shortly after the reconnect.
         await publisher.publish("t.after", b"2")
         await publisher.flush()
-        if b"2" in got:
-            break
-        await asyncio.sleep(0.1)
-    assert b"2" in got
+        return b"2" in got
+
+    await eventually(routed, what="a message on the old subscription")
     assert metrics.nats_reconnects._value.get() >= 1
     assert metrics.nats_disconnects._value.get() >= 1
     await drain(publisher)
@@ -84,8 +80,8 @@ async def test_first_connect_waits_for_a_server_that_comes_later(nats_server: Em
     task = asyncio.create_task(
         connect([nats_server.url], ServiceMetrics("late"), name="late", reconnect_wait_s=0.1)
     )
-    await asyncio.sleep(0.5)
-    assert not task.done()
+    # With no server, connect keeps trying: 0.5 s is five reconnect attempts.
+    await holds_for(lambda: not task.done(), 0.5, what="connect still waiting")
     nats_server.start()
     nc = await asyncio.wait_for(task, 15)
     assert nc.is_connected
@@ -98,7 +94,7 @@ async def test_connect_gives_up_when_asked_to_stop(nats_server: EmbeddedNats) ->
     task = asyncio.create_task(
         connect([nats_server.url], ServiceMetrics("x"), name="x", reconnect_wait_s=0.1, stop=stop)
     )
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # a few failed attempts first, so stop interrupts a retry loop
     stop.set()
     with pytest.raises(Exception):  # noqa: B017, PT011 - whatever nats-py raised last is re-raised
         await asyncio.wait_for(task, 5)
@@ -124,3 +120,65 @@ async def test_drain_is_safe_twice_and_on_none(nats_client: NATS) -> None:
     await drain(None)
     await drain(nats_client)
     await drain(nats_client)
+
+
+def test_redact_hides_passwords_and_keeps_the_rest() -> None:
+    assert redact("nats://collector:s3cret@nats.gpuscale:4222") == "nats://collector:***@nats.gpuscale:4222"
+    assert redact("tls://nats.gpuscale:4222") == "tls://nats.gpuscale:4222"
+    assert redact("nats://only-user@host") == "nats://only-user@host"
+
+
+async def test_credentials_in_the_url_never_reach_the_logs(nats_server: EmbeddedNats) -> None:
+    import io
+
+    from gpuscale.logging import configure
+
+    out = io.StringIO()
+    configure("test", "debug", stream=out)
+    try:
+        url = nats_server.url.replace("nats://", "nats://collector:s3cret-password@")
+        metrics = ServiceMetrics("redact")
+        nc = await connect([url], metrics, name="redact", reconnect_wait_s=0.1)
+        nats_server.restart()  # disconnect and reconnect are logged too
+        await eventually(lambda: metrics.nats_reconnects._value.get() >= 1, what="a reconnect")
+        await drain(nc)
+    finally:
+        configure("test", "info")
+    text = out.getvalue()
+    assert "nats_connected" in text
+    assert "nats_reconnected" in text
+    assert "collector:***@" in text
+    assert "s3cret-password" not in text
+
+
+async def test_an_outage_logs_each_error_once_and_counts_every_one(nats_server: EmbeddedNats) -> None:
+    import io
+
+    from gpuscale.logging import configure
+
+    out = io.StringIO()
+    configure("test", "info", stream=out)
+    metrics = ServiceMetrics("outage")
+    try:
+        nc = await connect([nats_server.url], metrics, name="outage", reconnect_wait_s=0.05)
+        nats_server.stop()
+
+        def errors() -> float:
+            return sum(
+                s.value
+                for m in metrics.registry.collect()
+                if m.name == "gpuscale_nats_errors"
+                for s in m.samples
+                if s.name.endswith("_total")
+            )
+
+        await eventually(lambda: errors() >= 5, what="several failed reconnects")
+        nats_server.start()
+        await eventually(lambda: nc.is_connected, what="reconnected")
+        await drain(nc)
+    finally:
+        configure("test", "info")
+    records = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+    logged = [r["error"].split(":")[0] for r in records if r["event"] == "nats_error"]
+    assert logged, records
+    assert len(logged) == len(set(logged)) <= 2, logged  # once per kind of error, not once per attempt

@@ -15,6 +15,8 @@ import pytest
 
 from gpuscale.embedded_nats import EmbeddedNats, free_port
 
+from ..waiting import eventually_sync
+
 pytestmark = pytest.mark.integration
 
 SERVICE = Path(__file__).with_name("sample_service.py")
@@ -28,18 +30,6 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def _wait_for(predicate: object, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():  # type: ignore[operator]  # a zero-argument callable
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_service_probes_metrics_and_graceful_stop(nats_server: EmbeddedNats, sig: signal.Signals) -> None:
     port = free_port()
@@ -47,7 +37,7 @@ def test_service_probes_metrics_and_graceful_stop(nats_server: EmbeddedNats, sig
         [sys.executable, str(SERVICE), nats_server.url, str(port)], stderr=subprocess.PIPE, text=True
     )
     try:
-        _wait_for(lambda: _get(port, "/readyz")[0] == 200)
+        eventually_sync(lambda: _get(port, "/readyz")[0] == 200)
         assert _get(port, "/healthz")[0] == 200
         status, body = _get(port, "/metrics")
         assert status == 200
@@ -56,11 +46,11 @@ def test_service_probes_metrics_and_graceful_stop(nats_server: EmbeddedNats, sig
         assert "gpuscale_event_loop_lag_seconds_bucket" in body
 
         nats_server.stop()  # NATS gone: not ready, still alive
-        _wait_for(lambda: _get(port, "/readyz")[0] == 503)
+        eventually_sync(lambda: _get(port, "/readyz")[0] == 503)
         assert json.loads(_get(port, "/readyz")[1])["checks"]["nats"]["ok"] is False
         assert _get(port, "/healthz")[0] == 200
         nats_server.start()
-        _wait_for(lambda: _get(port, "/readyz")[0] == 200)
+        eventually_sync(lambda: _get(port, "/readyz")[0] == 200)
 
         started = time.monotonic()
         proc.send_signal(sig)

@@ -218,4 +218,11 @@ def test_older_fixtures_really_lack_the_optional_fields() -> None:
 
 
 def test_outcomes_are_the_contract_vocabulary() -> None:
-    assert ACTION_OUTCOMES == ("applied", "skipped_stale", "skipped_dry_run", "conflict_retried", "failed")
+    assert ACTION_OUTCOMES == (
+        "applied",
+        "skipped_stale",
+        "skipped_dry_run",
+        "conflict_retried",
+        "failed",
+        "refused",
+    )

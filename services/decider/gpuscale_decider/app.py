@@ -1,11 +1,13 @@
 """``gpuscale decider``: the I/O shell around :class:`gpuscale_decider.decider.Decider`.
 
-NATS: subscribes to ``gpuscale.v1.metrics.>``, publishes decisions to the
+NATS: subscribes to ``gpuscale.v1.metrics.>`` and to ``gpuscale.v1.actions.>``
+(the actuator's reports on its decisions), publishes decisions to the
 JetStream stream ``GPUSCALE_DECISIONS`` (``Nats-Msg-Id`` = decision id), keeps
 per-workload state in a KV bucket. Kubernetes: GPUScaler list+watch (or a
-YAML file with ``--policies``), scale subresource reads, status writes, the
-search for HPAs and KEDA ScaledObjects on the same targets, and leader
-election on the Lease ``gpuscale-decider``.
+YAML file with ``--policies``), one watch of the cluster's pods (the pods
+behind each target's selector, as HPA's pod lister), scale subresource
+reads, status writes, the search for HPAs and KEDA ScaledObjects on the same
+targets, and leader election on the Lease ``gpuscale-decider``.
 """
 
 from __future__ import annotations
@@ -31,13 +33,16 @@ from gpuscale.natsio import (
     is_connected,
     jetstream,
 )
+from gpuscale.policyfile import WatchedPolicyFile
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision
-from gpuscale_decider.decider import Decider, NoStatus, StatusSink
+from gpuscale_decider.core.reconcile import Config
+from gpuscale_decider.decider import Decider
 from gpuscale_decider.kubeio import ConflictFinder, GPUScalerWatcher, StatusWriter
-from gpuscale_decider.policies import PolicyFileError, load_policy_file
+from gpuscale_decider.pods import PodCache
+from gpuscale_decider.registry import NoStatus, StatusSink
 from gpuscale_decider.settings import DeciderSettings
-from gpuscale_decider.sources import KubeReplicaSource, KvStateStore
+from gpuscale_decider.sources import KubeScaleSource, KvStateStore
 
 SERVICE = "decider"
 
@@ -66,34 +71,27 @@ async def _retry(ctx: ServiceContext, what: str, fn: Any) -> Any:
 
 
 class _PolicyFile:
-    """``--policies``: load at start and again whenever the file changes. An
-    unreadable file (mid-rename, broken YAML) keeps the policies loaded before."""
+    """``--policies`` into the registry, counted and logged once per problem."""
 
     def __init__(self, path: Path, decider: Decider) -> None:
-        self.path = path
+        self.file = WatchedPolicyFile(path)
         self.decider = decider
-        self.mtime: float | None = None
-        self.failed: str | None = None
+        self.reported: str | None = None
 
     def reload_if_changed(self) -> None:
-        try:
-            mtime = self.path.stat().st_mtime
-        except OSError:
-            mtime = None
-        if mtime is not None and mtime == self.mtime:
+        loaded = self.file.reload_if_changed()
+        if self.file.failed is not None and self.file.failed != self.reported:
+            self.reported = self.file.failed
+            self.decider.m.invalid_policies.labels(field="file").inc()
+            self.decider.log.error("policy_file_unreadable", path=str(self.file.path), error=self.file.failed)
+        if loaded is None:
             return
-        try:
-            valid, invalid = load_policy_file(self.path)
-        except PolicyFileError as e:
-            if self.failed != str(e):
-                self.failed = str(e)
-                self.decider.m.invalid_policies.labels(field="file").inc()
-                self.decider.log.error("policy_file_unreadable", path=str(self.path), error=str(e))
-            return
-        self.mtime = mtime
-        self.failed = None
-        self.decider.set_policies(valid, invalid)
-        self.decider.log.info("policies_loaded", path=str(self.path), valid=len(valid), invalid=len(invalid))
+        self.reported = None
+        valid, invalid = loaded
+        self.decider.registry.set_policies(valid, invalid)
+        self.decider.log.info(
+            "policies_loaded", path=str(self.file.path), valid=len(valid), invalid=len(invalid)
+        )
 
 
 async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | None = None) -> None:
@@ -109,6 +107,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         creds=str(s.nats_creds) if s.nats_creds else None,
         tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
         stop=ctx.stop,
+        on_closed=ctx.reopen,
     )
     js = jetstream(nc)
     await _retry(
@@ -148,21 +147,25 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
             subjects.decisions(key), encode(decision), timeout=5.0, headers=headers_msg_id(decision.id)
         )
 
+    pods = PodCache(api)
     decider = Decider(
         ctx.metrics,
-        KubeReplicaSource(api, s.scale_cache),
+        KubeScaleSource(api, s.scale_cache),
+        pods,
         KvStateStore(kv),
         publish,
         status=status,
         is_leader=is_leader,
-        actuation_timeout_s=s.actuation_timeout,
-        max_metrics_age_s=s.max_metrics_age,
+        config=Config(actuation_timeout_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
+    )
+    ctx.http.add_readiness(
+        "pods", lambda: (pods.synced.is_set(), "listed" if pods.synced.is_set() else "not listed yet")
     )
     if elector is not None:
 
         def started_leading() -> None:
             decider.on_leadership_change()
-            decider.resubmit_statuses()
+            decider.registry.resubmit()
 
         elector.on_started_leading = started_leading
         elector.on_stopped_leading = decider.on_leadership_change
@@ -177,7 +180,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         policy_file = _PolicyFile(s.policies, decider)
         policy_file.reload_if_changed()
     else:
-        watcher = GPUScalerWatcher(api, decider)
+        watcher = GPUScalerWatcher(api, decider.registry)
         ctx.http.add_readiness(
             "policies",
             lambda: (watcher.synced.is_set(), "listed" if watcher.synced.is_set() else "not listed yet"),
@@ -187,8 +190,9 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         tasks.append(asyncio.create_task(writer.run(ctx.stop)))
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(ctx.stop)))
-    conflicts = ConflictFinder(api, decider.set_conflicts, s.conflict_check_interval)
+    conflicts = ConflictFinder(api, decider.registry.set_conflicts, s.conflict_check_interval)
     tasks.append(asyncio.create_task(conflicts.run(ctx.stop)))
+    tasks.append(asyncio.create_task(pods.run(ctx.stop)))
 
     async def ticker() -> None:
         while not ctx.stop.is_set():
@@ -203,6 +207,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
                 log.warning("tick_failed", error=f"{type(e).__name__}: {e}")
 
     tasks.append(asyncio.create_task(ticker()))
+    actions_sub = await nc.subscribe(subjects.ACTIONS_ALL, cb=decider.on_action)
     sub = await nc.subscribe(subjects.METRICS_ALL, cb=decider.on_message, pending_msgs_limit=200_000)
     with contextlib.suppress(Exception):
         await nc.flush(timeout=2)  # the server knows the subscription before we say we are running
@@ -219,6 +224,8 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await actions_sub.unsubscribe()
         # Finish publishing and save state before NATS goes, then stop the
         # loops (the elector releases its lease).
         with contextlib.suppress(Exception):

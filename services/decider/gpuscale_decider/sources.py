@@ -1,24 +1,27 @@
-"""Where the decider reads replicas from and keeps its state.
+"""Where the decider reads scales and pods from and keeps its state.
 
-Replica source: the decider re-reads the target's scale subresource on each
-evaluation, reusing a read for at most ``--scale-cache`` seconds
-(:class:`KubeReplicaSource`). That is one GET per workload per second at
-most: right for tens to hundreds of workloads. At thousands, an
-informer-style watch of the targets feeding the same cache is what a
-production controller should do instead; the interface is one method, so a
-watch-fed source drops in. The benchmark uses :class:`StaticReplicaSource` to
-measure the decider's own evaluation path without an API server.
+Scale source: the target's scale subresource (replicas and selector), re-read
+on each evaluation but reused for at most ``--scale-cache`` seconds
+(:class:`KubeScaleSource`), and forgotten as soon as a decision or an action
+report says it changed. The benchmark and the in-process tests use
+:class:`StaticScaleSource`.
 
-State store: the recommendation history and scale events per workload
-(:class:`gpuscale_decider.core.algorithm.ScalerState`) in a JetStream KV
-bucket, so a restarted decider neither forgets a stabilization window nor
-breaks a cooldown.
+Pod source: the pods behind a selector. In production one shared watch of
+the cluster's pods (``kubeio.PodCache``), as HPA's pod lister; in tests and the
+benchmark :class:`StaticPods`.
+
+State store: the recommendation history, scale events and the decision
+waiting for the actuator, per workload
+(:class:`gpuscale_decider.core.state.ScalerState`), in a JetStream KV bucket,
+so a restarted decider neither forgets a stabilization window nor breaks a
+cooldown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,14 +29,15 @@ from kubernetes_asyncio.client import ApiClient
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from gpuscale.kube import ScaleClient, ScaleTargetRef
+from gpuscale.kube import ScaleClient, ScaleState, ScaleTargetRef
 from gpuscale.subjects import WorkloadKey, escape_token
-from gpuscale_decider.core.algorithm import ScalerState
+from gpuscale_decider.core.replicas import Phase, PodView
+from gpuscale_decider.core.state import ScalerState
 
 
-class ReplicaSource(Protocol):
-    async def replicas(self, ref: ScaleTargetRef, now: float) -> int:
-        """The target's ``spec.replicas`` (raises gpuscale.kube.KubeError)."""
+class ScaleSource(Protocol):
+    async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
+        """The target's scale subresource (raises gpuscale.kube.KubeError)."""
         ...
 
     def forget(self, ref: ScaleTargetRef) -> None:
@@ -41,15 +45,23 @@ class ReplicaSource(Protocol):
         ...
 
 
-class StaticReplicaSource:
-    """Replicas from a dict: tests without an API server and the benchmark."""
+class PodSource(Protocol):
+    def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
+        """The pods matching ``selector`` (None: not listed yet)."""
+        ...
+
+
+class StaticScaleSource:
+    """Scales from a dict (tests without an API server, the benchmark). A
+    target's selector is ``app=<name>``; its pods come from :class:`StaticPods`."""
 
     def __init__(self, replicas: dict[tuple[str, str, str], int] | None = None, default: int = 1) -> None:
         self.counts = replicas or {}
         self.default = default
 
-    async def replicas(self, ref: ScaleTargetRef, now: float) -> int:
-        return self.counts.get((ref.namespace, ref.kind, ref.name), self.default)
+    async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
+        replicas = self.counts.get((ref.namespace, ref.kind, ref.name), self.default)
+        return ScaleState(replicas, "1", f"app={ref.name}", replicas)
 
     def set(self, ref: ScaleTargetRef, replicas: int) -> None:
         self.counts[(ref.namespace, ref.kind, ref.name)] = replicas
@@ -58,41 +70,65 @@ class StaticReplicaSource:
         return None
 
 
+class StaticPods:
+    """Pods by selector from a dict: ``(namespace, selector) -> pods``. Without
+    an entry, a selector ``app=<name>`` gets ``replicas`` Running, Ready pods
+    named ``<name>-<i>``, as many as the scale source says."""
+
+    def __init__(self, scales: StaticScaleSource | None = None) -> None:
+        self.scales = scales
+        self.pods: dict[tuple[str, str], tuple[PodView, ...]] = {}
+
+    def set(self, namespace: str, selector: str, pods: Iterable[PodView]) -> None:
+        self.pods[(namespace, selector)] = tuple(pods)
+
+    def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
+        found = self.pods.get((namespace, selector))
+        if found is not None or self.scales is None or not selector.startswith("app="):
+            return found
+        name = selector.removeprefix("app=")
+        count = next(
+            (n for (ns, _, target), n in self.scales.counts.items() if ns == namespace and target == name),
+            self.scales.default,
+        )
+        return tuple(PodView(f"{name}-{i}", Phase.RUNNING) for i in range(count))
+
+
 @dataclass
 class _Cached:
-    replicas: int
+    scale: ScaleState
     read_at: float
 
 
-class KubeReplicaSource:
+class KubeScaleSource:
     """GET …/scale, reused for ``ttl_s``; concurrent callers share one request."""
 
     def __init__(self, api: ApiClient, ttl_s: float) -> None:
         self.client = ScaleClient(api)
         self.ttl_s = ttl_s
         self._cache: dict[ScaleTargetRef, _Cached] = {}
-        self._inflight: dict[ScaleTargetRef, asyncio.Future[int]] = {}
+        self._inflight: dict[ScaleTargetRef, asyncio.Future[ScaleState]] = {}
 
-    async def replicas(self, ref: ScaleTargetRef, now: float) -> int:
+    async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
         cached = self._cache.get(ref)
         if cached is not None and now - cached.read_at < self.ttl_s:
-            return cached.replicas
+            return cached.scale
         inflight = self._inflight.get(ref)
         if inflight is not None:
             return await asyncio.shield(inflight)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ScaleState] = asyncio.get_running_loop().create_future()
         self._inflight[ref] = future
         try:
-            state = await self.client.get(ref)
+            scale = await self.client.get(ref)
         except BaseException as e:
             future.set_exception(e)
             future.exception()  # retrieved: callers that shared it re-raise it themselves
             raise
         finally:
             self._inflight.pop(ref, None)
-        self._cache[ref] = _Cached(state.replicas, now)
-        future.set_result(state.replicas)
-        return state.replicas
+        self._cache[ref] = _Cached(scale, now)
+        future.set_result(scale)
+        return scale
 
     def forget(self, ref: ScaleTargetRef) -> None:
         self._cache.pop(ref, None)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.simfeed import node_gpus_path
 from gpuscale_collector.backends.base import BackendUnavailable
 from gpuscale_collector.core.exposition import MigInfo
 from gpuscale_collector.core.readings import DeviceReading
@@ -75,7 +76,7 @@ class SimBackend:
             raise BackendUnavailable("--sim-source kube-sim needs --kubeconfig (the kube-sim server to read)")
         import aiohttp  # lazy import: only the kube-sim source needs an HTTP client
 
-        self._url = f"{server_from_kubeconfig(self._kubeconfig)}/sim/v1/nodes/{self.node}/gpus"
+        self._url = server_from_kubeconfig(self._kubeconfig) + node_gpus_path(self.node)
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
         self._log.info("sim_source_kube_sim", url=self._url)
 

@@ -8,16 +8,17 @@ simulated cluster (parsed by :func:`readings_from_kube_sim`).
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpuscale.simfeed import FeedError, FeedOwner, NodeGpus
 from gpuscale.wire import GpuOwner, WorkloadRef
 from gpuscale_collector.core.readings import DeviceReading
 
 SIM_MODEL: Final = "NVIDIA H100 80GB HBM3"
 SIM_FB_TOTAL_MIB: Final = 81559.0
 KUBE_SIM: Final = "kube-sim"
+__all__ = ["KUBE_SIM", "FeedError", "StepLoad", "parse_load_source", "readings_from_kube_sim", "sim_readings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,80 +96,39 @@ def sim_readings(node: str, gpus: int, load_pct: float) -> list[DeviceReading]:
     ]
 
 
-class FeedError(ValueError):
-    pass
-
-
-def _num(m: dict[str, Any], key: str, default: float | None = None) -> float | None:
-    v = m.get(key, default)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise FeedError(f"{key} must be a number")
-    return float(v)
-
-
-def _owner(o: Any) -> GpuOwner:
-    if not isinstance(o, dict):
-        raise FeedError("owner must be an object")
-    wl = o.get("workload") or {}
-    if not isinstance(wl, dict):
-        raise FeedError("owner.workload must be an object")
-    pod = str(o.get("pod") or "")
-    namespace = str(o.get("namespace") or "")
-    if not pod or not namespace:
-        raise FeedError("owner needs namespace and pod")
+def _owner(o: FeedOwner) -> GpuOwner:
     return GpuOwner(
-        namespace=namespace,
-        pod=pod,
-        container=str(o.get("container") or ""),
-        pod_uid=str(o.get("pod_uid") or ""),
-        workload=WorkloadRef(str(wl.get("kind") or "Pod"), str(wl.get("name") or pod)),
-        sm_util=_num(o, "sm_util"),
-        fb_used_mib=_num(o, "fb_used_mib"),
-        ready=_ready(o),
+        namespace=o.namespace,
+        pod=o.pod,
+        container=o.container,
+        pod_uid=o.pod_uid,
+        workload=WorkloadRef(o.workload.kind, o.workload.name),
+        sm_util=o.sm_util,
+        fb_used_mib=o.fb_used_mib,
+        ready=o.ready,
     )
 
 
-def _ready(o: dict[str, Any]) -> bool | None:
-    ready = o.get("ready")
-    if ready is not None and not isinstance(ready, bool):
-        raise FeedError("owner.ready must be true, false or null")
-    return ready
-
-
 def readings_from_kube_sim(payload: Any) -> list[DeviceReading]:
-    """kube-sim's ``GET /sim/v1/nodes/{node}/gpus`` JSON → readings with owners.
-    Raises FeedError naming the first problem."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("gpus"), list):
-        raise FeedError("expected an object with a gpus list")
-    out: list[DeviceReading] = []
-    gpus: Sequence[Any] = payload["gpus"]
-    for g in gpus:
-        if not isinstance(g, dict):
-            raise FeedError("gpus[] must be objects")
-        index = g.get("index")
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise FeedError("gpus[].index must be a whole number >= 0")
-        owners = g.get("owners") or []
-        if not isinstance(owners, list):
-            raise FeedError("gpus[].owners must be a list")
-        out.append(
-            DeviceReading(
-                uuid=str(g.get("uuid") or f"GPU-sim-{index}"),
-                index=index,
-                model=str(g.get("model") or SIM_MODEL),
-                util=_clamp(_num(g, "util", 0.0)),
-                mem_util=_clamp(_num(g, "mem_util")),
-                fb_used_mib=_num(g, "fb_used_mib"),
-                fb_free_mib=_num(g, "fb_free_mib"),
-                temp_c=_num(g, "temp_c"),
-                power_w=_num(g, "power_w"),
-                sm_active=_clamp(_num(g, "sm_active")),
-                owners=tuple(_owner(o) for o in owners),
-            )
+    """kube-sim's ``GET /sim/v1/nodes/{node}/gpus`` JSON (the :mod:`gpuscale.simfeed`
+    contract) → readings with owners. Raises FeedError naming the first problem."""
+    feed = NodeGpus.from_json(payload)
+    return [
+        DeviceReading(
+            uuid=g.uuid,
+            index=g.index,
+            model=g.model,
+            util=_clamp(g.util),
+            mem_util=_clamp(g.mem_util),
+            fb_used_mib=g.fb_used_mib,
+            fb_free_mib=g.fb_free_mib,
+            temp_c=g.temp_c,
+            power_w=g.power_w,
+            sm_active=_clamp(g.sm_active),
+            owners=tuple(_owner(o) for o in g.owners),
         )
-    return out
+        for g in feed.gpus
+    ]
 
 
 def _clamp(v: float | None) -> float | None:

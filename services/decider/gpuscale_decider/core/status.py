@@ -9,18 +9,15 @@ evaluation yields an equal status and the shell writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from gpuscale.policy import GPUScalerSpec, PolicyError
 from gpuscale.timefmt import format_time, parse_time
-from gpuscale_decider.core.algorithm import (
-    ABLE_TO_SCALE,
-    SCALING_ACTIVE,
-    SCALING_LIMITED,
-    Condition,
-    Evaluation,
-)
-from gpuscale_decider.core.policy import GPUScalerSpec, PolicyError
+from gpuscale_decider.core.conditions import Condition, Reason, able, active, limited
+
+if TYPE_CHECKING:  # the evaluation's module builds statuses with this one
+    from gpuscale_decider.core.reconcile import Evaluation
 
 # One home for Kubernetes times (gpuscale.timefmt); the names the decider used.
 rfc3339 = format_time
@@ -37,7 +34,7 @@ def targets_column(spec: GPUScalerSpec, averages: Mapping[str, float] | None) ->
 
 
 def _merge_conditions(
-    conditions: Sequence[Condition], previous: Mapping[str, Any] | None, now: float
+    conditions: Iterable[Condition], previous: Mapping[str, Any] | None, now: float
 ) -> list[dict[str, Any]]:
     old: dict[str, Mapping[str, Any]] = {}
     for c in (previous or {}).get("conditions") or ():
@@ -46,7 +43,7 @@ def _merge_conditions(
     out = []
     for c in conditions:
         status = "True" if c.status else "False"
-        before = old.get(c.type)
+        before = old.get(c.type.value)
         since = (
             before.get("lastTransitionTime")
             if before is not None and before.get("status") == status and before.get("lastTransitionTime")
@@ -54,9 +51,9 @@ def _merge_conditions(
         )
         out.append(
             {
-                "type": c.type,
+                "type": c.type.value,
                 "status": status,
-                "reason": c.reason,
+                "reason": c.reason.value,
                 "message": c.message,
                 "lastTransitionTime": since,
             }
@@ -68,12 +65,11 @@ def evaluation_status(
     spec: GPUScalerSpec,
     generation: int,
     evaluation: Evaluation,
-    averages: Mapping[str, float] | None,
     last_scale_time: float | None,
     previous: Mapping[str, Any] | None,
     now: float,
 ) -> dict[str, Any]:
-    fresh_averages = averages if evaluation.fresh else None
+    fresh_averages = evaluation.usage if evaluation.fresh else None
     current_metrics = [
         {
             "name": m.name,
@@ -86,8 +82,8 @@ def evaluation_status(
         "observedGeneration": generation,
         "reference": spec.scale_target_ref.reference(),
         "targets": targets_column(spec, fresh_averages),
-        "currentReplicas": evaluation.current_replicas,
-        "desiredReplicas": evaluation.desired_replicas,
+        "currentReplicas": evaluation.current,
+        "desiredReplicas": evaluation.desired,
         "currentMetrics": current_metrics,
         "reason": evaluation.reason,
         "conditions": _merge_conditions(evaluation.conditions, previous, now),
@@ -103,9 +99,9 @@ def invalid_status(
     """An invalid policy is reported, never acted on."""
     message = f"invalid GPUScaler: {error.summary()}"
     conditions = (
-        Condition(ABLE_TO_SCALE, False, "InvalidPolicy", message),
-        Condition(SCALING_ACTIVE, False, "InvalidPolicy", message),
-        Condition(SCALING_LIMITED, False, "DesiredWithinRange", "no recommendation: the policy is invalid"),
+        able(False, Reason.INVALID_POLICY, message),
+        active(False, Reason.INVALID_POLICY, message),
+        limited(False, Reason.DESIRED_WITHIN_RANGE, "no recommendation: the policy is invalid"),
     )
     return {
         "observedGeneration": generation,
@@ -117,7 +113,7 @@ def invalid_status(
 def blocked_status(
     spec: GPUScalerSpec,
     generation: int,
-    reason: str,
+    reason: Reason,
     message: str,
     current_replicas: int | None,
     averages: Mapping[str, float] | None,
@@ -127,14 +123,11 @@ def blocked_status(
     """The decider will not act: another controller owns the target
     (``ConflictingController``) or the target cannot be read (``FailedGetScale``)."""
     conditions = (
-        Condition(ABLE_TO_SCALE, False, reason, message),
-        Condition(
-            SCALING_ACTIVE,
-            averages is not None,
-            "ValidMetricFound" if averages is not None else "FailedGetGPUMetrics",
-            "GPU metrics are arriving" if averages is not None else "no fresh GPU metrics",
-        ),
-        Condition(SCALING_LIMITED, False, "DesiredWithinRange", "no recommendation while not able to scale"),
+        able(False, reason, message),
+        active(True, Reason.VALID_METRIC_FOUND, "GPU metrics are arriving")
+        if averages is not None
+        else active(False, Reason.FAILED_GET_GPU_METRICS, "no fresh GPU metrics"),
+        limited(False, Reason.DESIRED_WITHIN_RANGE, "no recommendation while not able to scale"),
     )
     status: dict[str, Any] = {
         "observedGeneration": generation,

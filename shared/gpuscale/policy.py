@@ -1,4 +1,6 @@
-"""The GPUScaler policy (DESIGN.md §4) as a typed, validated model.
+"""The GPUScaler policy (DESIGN.md §4) as a typed, validated model: the
+contract between a user and gpuscale, read by the decider (to decide) and
+the actuator (to refuse what the policy does not allow).
 
 :func:`parse_gpuscaler` takes the object as a plain map (from the API server
 or a YAML file) and returns a :class:`GPUScaler`, or raises
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final
 
 from gpuscale.timefmt import DURATION_EXAMPLES, parse_duration
@@ -29,6 +32,18 @@ MAX_STABILIZATION_WINDOW_S: Final = 3600
 MAX_PERIOD_S: Final = 1800
 DEFAULT_TOLERANCE: Final = 0.1
 DEFAULT_WINDOW_S: Final = 30.0
+
+
+class NotReadyPods(StrEnum):
+    """How a pod whose Ready condition is not True counts (``spec.notReadyPods``).
+
+    HPA counts such a pod's value for a ``Pods`` metric (it applies readiness
+    to CPU only). A GPU pod loading its model reports 0 % while it is not
+    Ready, so gpuscale counts it as *missing* by default: at the target on the
+    way down, as 0 on the way up (HPA's missing-pod rule)."""
+
+    MISSING = "Missing"
+    COUNTED = "Counted"
 
 
 class PolicyError(ValueError):
@@ -88,6 +103,7 @@ class GPUScalerSpec:
     scale_down: ScalingRules
     fallback: Fallback | None = None
     paused: bool = False
+    not_ready_pods: NotReadyPods = NotReadyPods.MISSING
 
     @property
     def scale_up_tolerance(self) -> float:
@@ -259,8 +275,8 @@ def _rules(c: _Collector, raw: Any, path: str, default: ScalingRules) -> Scaling
     tolerance: float | None = None
     if m.get("tolerance") is not None:
         tolerance = c.number(m, "tolerance", path, None)
-        if tolerance is not None and not 0 <= tolerance < 1:
-            c.add(f"{path}.tolerance", f"must be in [0, 1), got {tolerance}")
+        if tolerance is not None and tolerance < 0:
+            c.add(f"{path}.tolerance", f"must be >= 0, got {tolerance}")
             tolerance = None
     policies = default.policies
     raw_policies = m.get("policies")
@@ -342,8 +358,10 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
 
     window_s = c.duration(spec, "window", "spec", DEFAULT_WINDOW_S)
     tolerance = c.number(spec, "tolerance", "spec", DEFAULT_TOLERANCE)
-    if tolerance is not None and not 0 <= tolerance < 1:
-        c.add("spec.tolerance", f"must be in [0, 1), got {tolerance}")
+    # As Kubernetes: any tolerance >= 0 (its own tests use 2.0); above 1 a
+    # scale-down can never leave the band, which is the user's choice to make.
+    if tolerance is not None and tolerance < 0:
+        c.add("spec.tolerance", f"must be >= 0, got {tolerance}")
     behavior = c.map(spec.get("behavior"), "spec.behavior") or {}
     scale_up = _rules(c, behavior.get("scaleUp"), "spec.behavior.scaleUp", DEFAULT_SCALE_UP)
     scale_down = _rules(c, behavior.get("scaleDown"), "spec.behavior.scaleDown", DEFAULT_SCALE_DOWN)
@@ -361,6 +379,13 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
     if not isinstance(paused, bool):
         c.add("spec.paused", f"must be true or false, got {paused!r}")
         paused = False
+    not_ready_raw = spec.get("notReadyPods", NotReadyPods.MISSING.value)
+    try:
+        not_ready = NotReadyPods(not_ready_raw)
+    except ValueError:
+        choices = ", ".join(p.value for p in NotReadyPods)
+        c.add("spec.notReadyPods", f"must be one of {choices}, got {not_ready_raw!r}")
+        not_ready = NotReadyPods.MISSING
 
     if c.problems or min_replicas is None or max_replicas is None or tolerance is None:
         raise PolicyError(c.problems or [("spec", "is incomplete")])
@@ -379,6 +404,7 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
             scale_down=scale_down,
             fallback=fallback,
             paused=paused,
+            not_ready_pods=not_ready,
         ),
     )
 

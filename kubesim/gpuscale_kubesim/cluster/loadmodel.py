@@ -1,0 +1,184 @@
+"""The GPU load model: each workload's load profile, shared among its ready pods'
+GPUs, read out per node as the simulated-GPU feed (:mod:`gpuscale.simfeed`).
+
+A workload's load L (GPU-percent: 90 = one GPU's worth at 90 %) comes from
+``set_load`` or the annotation ``sim.gpuscale.io/load``. Each ready pod's
+GPU shows ``min(100, L / ready GPUs)`` plus noise; a pod still loading its
+model shows its memory filling and no utilization.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuscale.simfeed import FeedGpu, FeedOwner, FeedWorkload, NodeGpus
+from gpuscale_kubesim import load as loadmod
+from gpuscale_kubesim.errors import ApiError
+from gpuscale_kubesim.resources import ResourceDef
+from gpuscale_kubesim.store import Store
+
+from .common import LOAD_ANNOTATION, Now, Obj, Owner, PodState
+
+
+@dataclass
+class WorkloadLoad:
+    profile: loadmod.Profile
+    since: float  # monotonic time the profile started
+
+
+class LoadModel:
+    def __init__(
+        self,
+        store: Store,
+        rds: Mapping[str, ResourceDef],
+        pods: Mapping[str, PodState],
+        *,
+        speed: float,
+        startup_delay_s: float,
+        rng: random.Random,
+    ) -> None:
+        self.store = store
+        self.rd_pod, self.rd_node = rds["pod"], rds["node"]
+        self.rd_deploy, self.rd_rs, self.rd_sts = rds["deployment"], rds["replicaset"], rds["statefulset"]
+        self.pods = pods  # the kubelets' view
+        self.speed = speed
+        self.startup_delay_s = startup_delay_s
+        self.rng = rng
+        self.loads: dict[tuple[str, str], WorkloadLoad] = {}
+
+    def set_load(self, namespace: str, name: str, profile: loadmod.Profile, now: Now) -> None:
+        self.loads[(namespace, name)] = WorkloadLoad(profile, now.mono)
+
+    def load_of(self, namespace: str, name: str, now: Now) -> float:
+        entry = self.loads.get((namespace, name)) or self._load_from_annotation(namespace, name, now)
+        if entry is None:
+            return 0.0
+        return entry.profile.at((now.mono - entry.since) * self.speed)
+
+    def _load_from_annotation(self, namespace: str, name: str, now: Now) -> WorkloadLoad | None:
+        for rd in (self.rd_deploy, self.rd_sts):
+            try:
+                obj = self.store.get(rd, namespace, name)
+            except ApiError:
+                continue
+            text = (obj["metadata"].get("annotations") or {}).get(LOAD_ANNOTATION)
+            if text:
+                try:
+                    profile = loadmod.parse_profile(text)
+                except ValueError:
+                    return None
+                entry = WorkloadLoad(profile, now.mono)
+                self.loads[(namespace, name)] = entry
+                return entry
+        return None
+
+    def owner_of(self, pod: Obj) -> Owner:
+        """Pod -> ReplicaSet -> Deployment, or StatefulSet, or the pod itself."""
+        refs = pod["metadata"].get("ownerReferences") or []
+        ref = next((r for r in refs if r.get("controller")), None)
+        if ref is None:
+            return Owner("Pod", pod["metadata"]["name"])
+        if ref.get("kind") == "ReplicaSet":
+            try:
+                rs = self.store.get(self.rd_rs, pod["metadata"]["namespace"], ref["name"])
+            except ApiError:
+                return Owner("ReplicaSet", ref["name"])
+            rs_ref = next(
+                (r for r in rs["metadata"].get("ownerReferences") or [] if r.get("controller")), None
+            )
+            if rs_ref is not None and rs_ref.get("kind") == "Deployment":
+                return Owner("Deployment", rs_ref["name"])
+            return Owner("ReplicaSet", ref["name"])
+        return Owner(str(ref.get("kind")), str(ref.get("name")))
+
+    def workloads(self, now: Now) -> list[Obj]:
+        out = []
+        for rd in (self.rd_deploy, self.rd_sts):
+            for obj in self.store.raw_items(rd):
+                meta = obj["metadata"]
+                out.append(
+                    {
+                        "namespace": meta["namespace"],
+                        "kind": rd.kind,
+                        "name": meta["name"],
+                        "load": round(self.load_of(meta["namespace"], meta["name"], now), 2),
+                        "replicas": int((obj.get("spec") or {}).get("replicas", 0) or 0),
+                        "current_replicas": int((obj.get("status") or {}).get("replicas", 0) or 0),
+                        "ready_replicas": int((obj.get("status") or {}).get("readyReplicas", 0) or 0),
+                    }
+                )
+        return out
+
+    def node_gpus(self, node_name: str, capacity: int, now: Now) -> NodeGpus:
+        """What a collector on ``node_name`` would read from NVML at ``now``."""
+        node = self.store.get(self.rd_node, None, node_name)
+        model = (
+            (node["metadata"].get("labels") or {})
+            .get("nvidia.com/gpu.product", loadmod.H100_MODEL)
+            .replace("-", " ")
+        )
+        pods = {p["metadata"]["uid"]: p for p in self.store.raw_items(self.rd_pod)}
+        owners = {uid: self.owner_of(p) for uid, p in pods.items() if uid in self.pods}
+        # Ready GPUs per workload: the load is shared among them.
+        ready_gpus: dict[tuple[str, str], int] = {}
+        for uid, state in self.pods.items():
+            if uid in owners and state.serving:
+                key = (pods[uid]["metadata"]["namespace"], owners[uid].name)
+                ready_gpus[key] = ready_gpus.get(key, 0) + len(state.gpus)
+        by_index: dict[int, tuple[Obj, PodState]] = {}
+        for uid, state in self.pods.items():
+            if state.node == node_name and uid in pods:
+                for index in state.gpus:
+                    by_index[index] = (pods[uid], state)
+        gpus = []
+        for index in range(capacity):
+            holder = by_index.get(index)
+            feed_owners: tuple[FeedOwner, ...] = ()
+            util, loaded = 0.0, 0.0
+            if holder is not None:
+                pod, state = holder
+                owner = owners[pod["metadata"]["uid"]]
+                ns = pod["metadata"]["namespace"]
+                if state.serving:
+                    util = loadmod.util_per_gpu(
+                        self.load_of(ns, owner.name, now), ready_gpus.get((ns, owner.name), 0)
+                    )
+                    loaded = 1.0
+                elif state.terminating_since is None:
+                    loaded = (
+                        (now.mono - state.scheduled_at) / self.startup_delay_s
+                        if self.startup_delay_s > 0
+                        else 1.0
+                    )
+                containers = (pod.get("spec") or {}).get("containers") or [{}]
+                feed_owners = (
+                    FeedOwner(
+                        namespace=ns,
+                        pod=pod["metadata"]["name"],
+                        container=str(containers[0].get("name", "")),
+                        pod_uid=pod["metadata"]["uid"],
+                        workload=FeedWorkload(owner.kind, owner.name),
+                        ready=state.serving,
+                    ),
+                )
+            noise = self.rng.gauss(0.0, loadmod.NOISE_SD) if util > 0 else 0.0
+            r = loadmod.reading(util, loaded, noise)
+            gpus.append(
+                FeedGpu(
+                    index=index,
+                    uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node_name}.gpu{index}.kube-sim')}",
+                    model=model,
+                    util=r.util,
+                    mem_util=r.mem_util,
+                    fb_used_mib=r.fb_used_mib,
+                    fb_free_mib=r.fb_free_mib,
+                    temp_c=r.temp_c,
+                    power_w=r.power_w,
+                    sm_active=r.sm_active,
+                    owners=feed_owners,
+                )
+            )
+        return NodeGpus(node_name, now.wall, tuple(gpus))

@@ -1,0 +1,151 @@
+"""What the decider remembers per workload, as a value.
+
+Purely computational. HPA keeps its recommendation history and scale events
+in controller memory and forgets them on restart; here they are a value
+(:class:`ScalerState`) that the pure step takes and returns, and that the
+shell stores in a JetStream KV bucket, so a restart forgets nothing. The
+decision waiting for the actuator is part of it: a new leader knows it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TimedValue:
+    ts: float
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A published decision the actuator has not reported on yet."""
+
+    decision_id: str
+    from_replicas: int
+    to_replicas: int
+    published_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScalerState:
+    recommendations: tuple[TimedValue, ...] = ()
+    scale_up_events: tuple[TimedValue, ...] = ()  # value: replicas added
+    scale_down_events: tuple[TimedValue, ...] = ()  # value: replicas removed
+    last_scale_up: float | None = None
+    last_scale_down: float | None = None
+    last_fresh_metrics: float | None = None
+    first_seen: float | None = None
+    pending: Pending | None = None
+    # The actuator could not apply the last decisions: no new one before retry_at.
+    failures: int = 0
+    retry_at: float | None = None
+    last_failure: str = ""
+
+    @property
+    def last_scale_time(self) -> float | None:
+        times = [t for t in (self.last_scale_up, self.last_scale_down) if t is not None]
+        return max(times) if times else None
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.pending
+        return {
+            "recommendations": [[r.ts, r.value] for r in self.recommendations],
+            "scale_up_events": [[e.ts, e.value] for e in self.scale_up_events],
+            "scale_down_events": [[e.ts, e.value] for e in self.scale_down_events],
+            "last_scale_up": self.last_scale_up,
+            "last_scale_down": self.last_scale_down,
+            "last_fresh_metrics": self.last_fresh_metrics,
+            "first_seen": self.first_seen,
+            "pending": None if p is None else [p.decision_id, p.from_replicas, p.to_replicas, p.published_at],
+            "failures": self.failures,
+            "retry_at": self.retry_at,
+            "last_failure": self.last_failure,
+        }
+
+    @classmethod
+    def from_dict(cls, m: Any) -> ScalerState:
+        """Lenient: a damaged record yields what can be read, never an error."""
+        if not isinstance(m, Mapping):
+            return cls()
+
+        def timed(key: str) -> tuple[TimedValue, ...]:
+            out: list[TimedValue] = []
+            raw = m.get(key)
+            for item in raw if isinstance(raw, list) else ():
+                if (
+                    isinstance(item, list | tuple)
+                    and len(item) == 2
+                    and isinstance(item[0], int | float)
+                    and isinstance(item[1], int)
+                    and math.isfinite(item[0])
+                ):
+                    out.append(TimedValue(float(item[0]), int(item[1])))
+            return tuple(out)
+
+        def opt_ts(key: str) -> float | None:
+            v = m.get(key)
+            return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+        pending: Pending | None = None
+        raw_p = m.get("pending")
+        if (
+            isinstance(raw_p, list)
+            and len(raw_p) == 4
+            and isinstance(raw_p[0], str)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in raw_p[1:3])
+            and isinstance(raw_p[3], int | float)
+            and math.isfinite(raw_p[3])
+        ):
+            pending = Pending(raw_p[0], raw_p[1], raw_p[2], float(raw_p[3]))
+        return cls(
+            recommendations=timed("recommendations"),
+            scale_up_events=timed("scale_up_events"),
+            scale_down_events=timed("scale_down_events"),
+            last_scale_up=opt_ts("last_scale_up"),
+            last_scale_down=opt_ts("last_scale_down"),
+            last_fresh_metrics=opt_ts("last_fresh_metrics"),
+            first_seen=opt_ts("first_seen"),
+            pending=pending,
+            failures=failures if isinstance(failures := m.get("failures"), int) and failures >= 0 else 0,
+            retry_at=opt_ts("retry_at"),
+            last_failure=str(m.get("last_failure") or "")[:500],
+        )
+
+
+def record_scale(
+    state: ScalerState, from_replicas: int, to_replicas: int, now: float, longest_period_s: int
+) -> ScalerState:
+    """``storeScaleEvent``: remember a change that was made, for the rate
+    policies (events within the longest period) and the cooldowns."""
+    cutoff = now - longest_period_s
+    ups = tuple(e for e in state.scale_up_events if e.ts > cutoff)
+    downs = tuple(e for e in state.scale_down_events if e.ts > cutoff)
+    if to_replicas > from_replicas:
+        return replace(
+            state,
+            scale_up_events=(*ups, TimedValue(now, to_replicas - from_replicas)),
+            scale_down_events=downs,
+            last_scale_up=now,
+        )
+    if to_replicas < from_replicas:
+        return replace(
+            state,
+            scale_up_events=ups,
+            scale_down_events=(*downs, TimedValue(now, from_replicas - to_replicas)),
+            last_scale_down=now,
+        )
+    return state
+
+
+def seed_last_scale(state: ScalerState, last_scale_time: float | None) -> ScalerState:
+    """After a restart without stored state, the GPUScaler status's
+    lastScaleTime still keeps the cooldowns (both directions: which one it
+    was is not recorded there)."""
+    if last_scale_time is None or state.last_scale_up is not None or state.last_scale_down is not None:
+        return state
+    return replace(state, last_scale_up=last_scale_time, last_scale_down=last_scale_time)

@@ -1,0 +1,138 @@
+"""The decider's Prometheus series: its own counters and the per-workload gauges dashboards read."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.subjects import WorkloadKey
+
+
+class _WorkloadSeries:
+    """One workload's labelled gauges, looked up once (``labels()`` is the
+    costly part of setting a gauge, and this runs on every evaluation)."""
+
+    def __init__(self, m: DeciderMetrics, key: WorkloadKey, targets: Mapping[str, float]) -> None:
+        labels = (key.namespace, key.kind, key.name)
+        self.targets = dict(targets)
+        self.current = m.replicas_current.labels(*labels)
+        self.desired = m.replicas_desired.labels(*labels)
+        # Created when a value arrives and removed when it goes: no series rather than a stale one.
+        self.values: dict[str, Any] = {}
+        for metric, target in targets.items():
+            m.metric_target.labels(*labels, metric).set(target)
+
+
+class DeciderMetrics:
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self._series: dict[WorkloadKey, _WorkloadSeries] = {}
+        r = metrics.registry
+        self.evaluations = Counter("gpuscale_decider_evaluations_total", "Policy evaluations", registry=r)
+        self.evaluation_seconds = Histogram(
+            "gpuscale_decider_evaluation_seconds",
+            "Time from a metrics message's arrival to its evaluated result",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
+            registry=r,
+        )
+        self.decisions = Counter(
+            "gpuscale_decider_decisions_total", "Decisions published", ["direction"], registry=r
+        )
+        # Per-workload series for dashboards (deploy/grafana): bounded by the number of GPUScalers.
+        workload = ["namespace", "kind", "name"]
+        self.workload_decisions = Counter(
+            "gpuscale_decisions_total",
+            "Decisions published per workload",
+            [*workload, "direction"],
+            registry=r,
+        )
+        self.metric_value = Gauge(
+            "gpuscale_workload_metric_value",
+            "Window average of a policy metric over fresh pods",
+            [*workload, "metric"],
+            registry=r,
+        )
+        self.metric_target = Gauge(
+            "gpuscale_workload_metric_target",
+            "The policy's target for a metric",
+            [*workload, "metric"],
+            registry=r,
+        )
+        self.replicas_current = Gauge(
+            "gpuscale_workload_replicas_current", "Replicas of the scale target", workload, registry=r
+        )
+        self.replicas_desired = Gauge(
+            "gpuscale_workload_replicas_desired", "Replicas the policy wants", workload, registry=r
+        )
+
+        self.publish_failures = Counter(
+            "gpuscale_decider_publish_failures_total", "Decisions that could not be published", registry=r
+        )
+        self.policies = Gauge("gpuscale_decider_policies", "GPUScaler policies held", ["state"], registry=r)
+        self.invalid_policies = Counter(
+            "gpuscale_decider_invalid_policies_total",
+            "Invalid GPUScaler objects seen, by the first bad field",
+            ["field"],
+            registry=r,
+        )
+        self.unmatched = Counter(
+            "gpuscale_decider_metrics_without_policy_total",
+            "Metrics messages for workloads no GPUScaler targets",
+            registry=r,
+        )
+        self.scale_read_failures = Counter(
+            "gpuscale_decider_scale_read_failures_total",
+            "Failed reads of a target's scale subresource",
+            ["status"],
+            registry=r,
+        )
+        self.status_writes = Counter(
+            "gpuscale_decider_status_writes_total", "GPUScaler status writes requested", registry=r
+        )
+        self.actions = Counter(
+            "gpuscale_decider_actions_total",
+            "Action reports received on this decider's pending decisions, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+
+    def observe(
+        self,
+        key: WorkloadKey,
+        targets: Mapping[str, float],
+        averages: Mapping[str, float] | None,
+        current: int,
+        desired: int,
+    ) -> None:
+        series = self._series.get(key)
+        if series is None or series.targets != targets:
+            series = self._series[key] = _WorkloadSeries(self, key, targets)
+        series.current.set(current)
+        series.desired.set(desired)
+        for metric in targets:
+            value = None if averages is None else averages.get(metric)
+            child = series.values.get(metric)
+            if value is not None:
+                if child is None:
+                    child = series.values[metric] = self.metric_value.labels(
+                        key.namespace, key.kind, key.name, metric
+                    )
+                child.set(value)
+            elif child is not None:
+                del series.values[metric]
+                with contextlib.suppress(KeyError):
+                    self.metric_value.remove(key.namespace, key.kind, key.name, metric)
+
+    def forget(self, key: WorkloadKey, metrics: Iterable[str]) -> None:
+        self._series.pop(key, None)
+        values = (key.namespace, key.kind, key.name)
+        for gauge in (self.replicas_current, self.replicas_desired):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*values)
+        for metric in metrics:
+            for gauge in (self.metric_value, self.metric_target):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*values, metric)

@@ -1,0 +1,147 @@
+"""The pods behind the targets' selectors: one watch of the cluster's pods.
+
+As HPA's pod lister: one shared list+watch, answered by selector from memory,
+so an evaluation costs no API request. Only the fields the replica
+calculation needs are kept (labels, phase, Ready, deletion), indexed by
+label so a selector finds its few pods among thousands directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+
+from gpuscale.kubewatch import Reflector
+from gpuscale.labels import LabelSelector, SelectorError, parse_selector
+from gpuscale.logging import get_logger
+from gpuscale_decider.core.replicas import PodView
+
+
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    labels: Mapping[str, str]
+    view: PodView
+
+
+def pod_of(obj: Mapping[str, Any]) -> tuple[str, str, _Pod] | None:
+    """(namespace, name, what the decider keeps) of a Pod object; None if unusable."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    namespace, name = meta.get("namespace"), meta.get("name")
+    if not isinstance(namespace, str) or not isinstance(name, str):
+        return None
+    raw_labels = meta.get("labels")
+    labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
+    raw_status = obj.get("status")
+    status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    raw_phase = status.get("phase")
+    phase = raw_phase if isinstance(raw_phase, str) else "Pending"
+    deleting = meta.get("deletionTimestamp") is not None
+    clean = {str(k): str(v) for k, v in labels.items()}
+    return namespace, name, _Pod(clean, PodView(name, phase, ready, deleting))
+
+
+class PodIndex:
+    """Pods by namespace, with a (label, value) -> names index per namespace."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, dict[str, _Pod]] = {}
+        self._by_label: dict[str, dict[tuple[str, str], set[str]]] = {}
+        self._selectors: dict[str, LabelSelector | None] = {}
+        self.log = get_logger(component="pod_watch")
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._pods.values())
+
+    def put(self, namespace: str, name: str, pod: _Pod | None) -> None:
+        pods = self._pods.setdefault(namespace, {})
+        index = self._by_label.setdefault(namespace, {})
+        old = pods.pop(name, None)
+        if old is not None:
+            for label in old.labels.items():
+                names = index.get(label)
+                if names is not None:
+                    names.discard(name)
+                    if not names:
+                        del index[label]
+        if pod is not None:
+            pods[name] = pod
+            for label in pod.labels.items():
+                index.setdefault(label, set()).add(name)
+
+    def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
+        parsed = self._selector(selector)
+        if parsed is None:
+            return None
+        pods = self._pods.get(namespace)
+        if not pods:
+            return ()
+        index = self._by_label[namespace]
+        candidates: set[str] | None = None
+        rest = []
+        for r in parsed.requirements:
+            if r.op not in ("=", "in"):
+                rest.append(r)
+                continue
+            names: set[str] = set()
+            for value in r.values:
+                names |= index.get((r.key, value), set())
+            candidates = names if candidates is None else candidates & names
+        if candidates is None:  # no equality to look up: every pod of the namespace is a candidate
+            return tuple(p.view for p in pods.values() if parsed.matches(p.labels))
+        chosen = (pods[n] for n in sorted(candidates))
+        return tuple(p.view for p in chosen if all(r.holds(p.labels) for r in rest))
+
+    def _selector(self, text: str) -> LabelSelector | None:
+        if text not in self._selectors:
+            if len(self._selectors) > 10_000:  # bounded: selectors come from the targets, few and stable
+                self._selectors.clear()
+            try:
+                self._selectors[text] = parse_selector(text)
+            except SelectorError as e:
+                self._selectors[text] = None
+                self.log.warning("target_selector_unparsable", selector=text[:200], error=str(e))
+        return self._selectors[text]
+
+
+class PodCache:
+    """The index kept current by one list+watch of ``/api/v1/pods``."""
+
+    def __init__(self, api: ApiClient | None) -> None:
+        self.index = PodIndex()
+        self.reflector = (
+            Reflector(api, "/api/v1/pods", on_list=self._listed, on_event=self.apply, what="pods")
+            if api is not None
+            else None
+        )
+        self.synced = self.reflector.synced if self.reflector is not None else asyncio.Event()
+
+    def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
+        return self.index.select(namespace, selector) if self.synced.is_set() else None
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED) for a Pod object."""
+        found = pod_of(obj)
+        if found is not None:
+            self.index.put(found[0], found[1], None if kind == "DELETED" else found[2])
+
+    def _listed(self, items: Sequence[Mapping[str, Any]]) -> None:
+        index = PodIndex()
+        for obj in items:
+            found = pod_of(obj)
+            if found is not None:
+                index.put(*found)
+        self.index = index
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if self.reflector is not None:
+            await self.reflector.run(stop)

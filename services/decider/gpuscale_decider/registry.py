@@ -1,0 +1,223 @@
+"""Which GPUScaler scales which workload: the decider's policy bookkeeping.
+
+One GPUScaler per workload: a second one on the same target is told why not
+(condition ``ConflictingController``) and takes over if the first goes.
+Invalid objects are reported with every bad field, never acted on. The
+statuses this writes go to the status sink; the Decider owns the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpuscale.kube import ScaleTargetRef
+from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.policy import GPUScaler, PolicyError
+from gpuscale.policyfile import InvalidPolicy
+from gpuscale.subjects import WorkloadKey
+from gpuscale_decider.core.conditions import Reason
+from gpuscale_decider.core.reconcile import Evaluation, Memory, Observation
+from gpuscale_decider.core.status import blocked_status, invalid_status, parse_rfc3339, status_differs
+from gpuscale_decider.metrics import DeciderMetrics
+
+
+class StatusSink(Protocol):
+    def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Queue a status write (latest wins); never blocks the caller."""
+        ...
+
+
+class NoStatus:
+    """File mode: there is no GPUScaler object to write to."""
+
+    def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        return None
+
+
+@dataclass
+class Workload:
+    """One GPUScaler's target and what the shell keeps for it."""
+
+    scaler: GPUScaler
+    key: WorkloadKey
+    ref: ScaleTargetRef
+    status_seen: Mapping[str, Any] | None = None  # the object's status when it was listed
+    memory: Memory | None = None  # None: not loaded from the state store yet
+    observation: Observation | None = None
+    conflict: str | None = None  # who else scales this target
+    last_evaluation: Evaluation | None = None
+    last_evaluated: float = 0.0
+    dirty: bool = False
+    busy: bool = False
+    again: bool = False
+
+    @property
+    def last_scale_time(self) -> float | None:
+        seen = parse_rfc3339((self.status_seen or {}).get("lastScaleTime"))
+        return seen if self.memory is None else self.memory.state.last_scale_time or seen
+
+
+def target_key(scaler: GPUScaler) -> WorkloadKey:
+    ref = scaler.spec.scale_target_ref
+    return WorkloadKey(scaler.namespace, ref.kind, ref.name)
+
+
+def scale_ref(scaler: GPUScaler) -> ScaleTargetRef:
+    ref = scaler.spec.scale_target_ref
+    return ScaleTargetRef(ref.api_version, ref.kind, ref.name, scaler.namespace)
+
+
+class Registry:
+    def __init__(self, m: DeciderMetrics, status: StatusSink, clock: Any) -> None:
+        self.m = m
+        self.status = status
+        self.clock = clock
+        self.workloads: dict[WorkloadKey, Workload] = {}
+        self.by_name: dict[tuple[str, str], WorkloadKey] = {}
+        self.invalid: dict[tuple[str, str], InvalidPolicy] = {}
+        self.reported: dict[tuple[str, str], dict[str, Any]] = {}  # statuses of the ones not acted on
+        self.duplicates: dict[tuple[str, str], GPUScaler] = {}
+        self.conflicts: dict[WorkloadKey, str] = {}
+        self._once = OncePerKey()
+        self.log = get_logger(component="decider")
+
+    def set_policies(
+        self,
+        valid: Iterable[GPUScaler],
+        invalid: Iterable[InvalidPolicy],
+        statuses: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Replace every policy (file load, or a relist of the cluster)."""
+        valid, invalid = list(valid), list(invalid)
+        names = {(s.namespace, s.name) for s in valid} | {(i.namespace, i.name) for i in invalid}
+        for gone in [n for n in (*self.by_name, *self.invalid, *self.duplicates) if n not in names]:
+            self.remove_policy(*gone)
+        for bad in invalid:
+            self.add_invalid(bad)
+        for scaler in valid:
+            self.upsert_policy(scaler, (statuses or {}).get((scaler.namespace, scaler.name)))
+        self._count()
+
+    def upsert_policy(self, scaler: GPUScaler, status: Mapping[str, Any] | None = None) -> None:
+        name = (scaler.namespace, scaler.name)
+        self.invalid.pop(name, None)
+        self.reported.pop(name, None)
+        key = target_key(scaler)
+        old_key = self.by_name.get(name)
+        if old_key is not None and old_key != key:
+            self.remove_policy(*name)
+        owner = self.workloads.get(key)
+        if owner is not None and (owner.scaler.namespace, owner.scaler.name) != name:
+            self.duplicates[name] = scaler
+            if self._once.first("duplicate", *name):
+                self.log.warning("policy_duplicate_target", gpuscaler=scaler.key, owner=owner.scaler.key)
+            message = (
+                f"GPUScaler {owner.scaler.key} already scales {scaler.spec.scale_target_ref.reference()}"
+            )
+            self._report(
+                name,
+                blocked_status(
+                    scaler.spec,
+                    scaler.generation,
+                    Reason.CONFLICTING_CONTROLLER,
+                    message,
+                    None,
+                    None,
+                    status,
+                    self.clock(),
+                ),
+                status,
+            )
+            return
+        self.duplicates.pop(name, None)
+        if owner is not None:
+            owner.scaler, owner.ref = scaler, scale_ref(scaler)
+        else:
+            self.workloads[key] = Workload(
+                scaler, key, scale_ref(scaler), status_seen=status, conflict=self.conflicts.get(key)
+            )
+            self.by_name[name] = key
+            self.log.info("policy_loaded", gpuscaler=scaler.key, target=str(key))
+        self._count()
+
+    def add_invalid(self, bad: InvalidPolicy, status: Mapping[str, Any] | None = None) -> None:
+        name = (bad.namespace, bad.name)
+        if name in self.by_name:
+            self.remove_policy(*name)
+        known = self.invalid.get(name)
+        if known is None or known.error.problems != bad.error.problems:
+            first_field = bad.error.fields[0] if bad.error.fields else "object"
+            self.m.invalid_policies.labels(field=first_field).inc()
+            self.log.warning(
+                "policy_invalid",
+                gpuscaler=f"{bad.namespace}/{bad.name}",
+                fields=bad.error.fields,
+                problems=bad.error.summary(),
+            )
+        self.invalid[name] = bad
+        meta = bad.raw.get("metadata") if isinstance(bad.raw, Mapping) else None
+        generation = meta.get("generation") if isinstance(meta, Mapping) else 0
+        previous = self.reported.get(name) or status
+        self._report(
+            name,
+            invalid_status(
+                generation if isinstance(generation, int) else 0, bad.error, previous, self.clock()
+            ),
+            previous,
+        )
+        self._count()
+
+    def remove_policy(self, namespace: str, name: str) -> None:
+        key_name = (namespace, name)
+        self.invalid.pop(key_name, None)
+        self.reported.pop(key_name, None)
+        self.duplicates.pop(key_name, None)
+        key = self.by_name.pop(key_name, None)
+        if key is not None:
+            removed = self.workloads.pop(key, None)
+            if removed is not None:
+                self.m.forget(key, [m.name for m in removed.scaler.spec.metrics])
+            self.log.info("policy_removed", gpuscaler=f"{namespace}/{name}", target=str(key))
+            # A duplicate waiting for this workload may take it now.
+            for dup_name, dup in list(self.duplicates.items()):
+                if target_key(dup) == key:
+                    self.duplicates.pop(dup_name)
+                    self.upsert_policy(dup)
+                    break
+        self._count()
+
+    def set_conflicts(self, conflicts: Mapping[WorkloadKey, str]) -> None:
+        """Other controllers (HPA, KEDA) on our targets: key -> who."""
+        self.conflicts = dict(conflicts)
+        for key, w in self.workloads.items():
+            who = self.conflicts.get(key)
+            if who != w.conflict:
+                if who is not None:
+                    self.log.warning(
+                        "conflicting_controller", gpuscaler=w.scaler.key, target=str(key), other=who
+                    )
+                else:
+                    self.log.info("conflicting_controller_gone", gpuscaler=w.scaler.key, target=str(key))
+                w.conflict = who
+
+    def resubmit(self) -> None:
+        """A new leader writes what it knows (the old one may have died mid-write)."""
+        for (namespace, name), status in self.reported.items():
+            self.status.submit(namespace, name, status)
+
+    def errors(self) -> list[tuple[str, PolicyError]]:
+        return [(f"{ns}/{name}", bad.error) for (ns, name), bad in self.invalid.items()]
+
+    def _report(
+        self, name: tuple[str, str], status: dict[str, Any], previous: Mapping[str, Any] | None
+    ) -> None:
+        if status_differs(previous, status) and status_differs(self.reported.get(name), status):
+            self.reported[name] = status
+            self.m.status_writes.inc()
+            self.status.submit(name[0], name[1], status)
+
+    def _count(self) -> None:
+        self.m.policies.labels(state="valid").set(len(self.workloads))
+        self.m.policies.labels(state="invalid").set(len(self.invalid))

@@ -1,0 +1,804 @@
+"""Table tests of the decider's pure step, each a named scenario.
+
+The expected counts are HPA's: from Kubernetes' ``replica_calculator.go`` and
+``horizontal.go`` and their tests (``TestReplicaCalcScaleUpCM``, "scale down:
+exclude unscheduled pods", ...), worked by hand in the comments. Where
+gpuscale adds a rule (cooldown, fallback, paused, notReadyPods: Missing), the
+scenario says so in its name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gpuscale.policy import GPUScaler
+from gpuscale_decider.core.conditions import ConditionType
+from gpuscale_decider.core.reconcile import Evaluation, Memory, Step, Target, reconcile
+from gpuscale_decider.core.state import ScalerState, TimedValue
+
+from .scenario import NOW, SELECTOR, P, pending, policy, recs, running, seen, step, world
+
+
+@dataclass
+class Case:
+    name: str
+    scaler: GPUScaler
+    current: int
+    pods: tuple[P, ...] | None
+    expect: int
+    state: ScalerState = field(default_factory=seen)
+    reason_has: tuple[str, ...] = ()
+    conditions: dict[str, str] = field(default_factory=dict)  # type -> "True:Reason"
+    check: Callable[[Evaluation], bool] | None = None
+    received_s_ago: float = 1.0
+    no_metrics: bool = False
+
+
+TWO_METRICS = [{"name": "gpu_util", "target": 70}, {"name": "sm_active", "target": 50}]
+HPA_DEFAULTS: dict[str, Any] = {}  # behavior left out: HPA's defaults, 300 s scale-down window
+
+CASES = [
+    # --- HPA's replica calculator for a Pods metric ----------------------------------
+    Case(
+        "TestReplicaCalcScaleUpCM: 20, 10, 30 against 15 on 3 gives 4",
+        policy(metrics=[{"name": "gpu_util", "target": 15}]),
+        3,
+        (P(20), P(10), P(30)),
+        4,
+        reason_has=("ceil(3 × 1.33) = 4",),
+    ),
+    Case(
+        "TestReplicaCalcScaleDownCM: 5 pods at 12 against 20 give 3",
+        policy(metrics=[{"name": "gpu_util", "target": 20}]),
+        5,
+        running(5, 12),
+        3,
+    ),
+    Case(
+        "TestReplicaCalcToleranceCM: 20, 21, 21 against 20 is within 10 %",
+        policy(metrics=[{"name": "gpu_util", "target": 20}]),
+        3,
+        (P(20), P(21), P(21)),
+        3,
+        reason_has=("within tolerance, keep 3",),
+    ),
+    Case(
+        "TestReplicaCalcConfigurableToleranceCM: a 1 % scale-up tolerance scales the same pods to 4",
+        policy(
+            metrics=[{"name": "gpu_util", "target": 20}],
+            behavior={"scaleUp": {"tolerance": 0.01}, "scaleDown": {"stabilizationWindowSeconds": 0}},
+        ),
+        3,
+        (P(20), P(21), P(21)),
+        4,
+    ),
+    Case(
+        "TestReplicaCalcScaleUpCMUnreadyHotCpuScaleWouldScaleDown: average truncated in milli-units",
+        # (50000 + 15000 + 30000) // 3 = 31666 -> ratio 2.111 -> ceil(6.33) = 7 (HPA counts
+        # not-Ready pods for a Pods metric: notReadyPods: Counted)
+        policy(metrics=[{"name": "gpu_util", "target": 15}], notReadyPods="Counted"),
+        3,
+        (P(50, ready=False), P(15), P(30, ready=False)),
+        7,
+    ),
+    Case(
+        "TestReplicaCalcScaleUpCMUnreadyHotCpuNoLessScale: with notReadyPods Counted, 6 as HPA",
+        policy(metrics=[{"name": "gpu_util", "target": 15}], notReadyPods="Counted"),
+        3,
+        (P(50), P(10), P(30, ready=False)),
+        6,
+    ),
+    Case(
+        "gpuscale's default notReadyPods Missing: the same pods give 4, and the reason says why",
+        # ready 50, 10 -> 30 -> ratio 2; the not-Ready pod as 0: 60/3 = 20 -> ceil(3 × 1.33) = 4
+        policy(metrics=[{"name": "gpu_util", "target": 15}]),
+        3,
+        (P(50), P(10), P(30, ready=False)),
+        4,
+        reason_has=("counting 1 pod without samples as 0: ratio 1.33",),
+    ),
+    Case(
+        "seeds example: 1 replica at 23 against 20 gives 2",
+        policy(metrics=[{"name": "gpu_util", "target": 20}]),
+        1,
+        (P(23),),
+        2,
+        reason_has=("ceil(1 × 1.15) = 2",),
+    ),
+    Case(
+        "83 over 70 on 2 of 2 pods gives 3",
+        policy(),
+        2,
+        running(2, 83),
+        3,
+        reason_has=("gpu_util 83.0 over target 70 (ratio 1.19) on 2 of 2 pods: ceil(2 × 1.19) = 3",),
+        conditions={"ScalingActive": "True:ValidMetricFound", "ScalingLimited": "False:DesiredWithinRange"},
+    ),
+    Case("exactly at the tolerance edge keeps", policy(), 4, running(4, 77), 4),
+    Case(
+        "tolerance 2.0 is accepted, as Kubernetes does: 190 against 100 stays",
+        policy(metrics=[{"name": "gpu_util", "target": 50}], tolerance=2.0),
+        3,
+        running(3, 95),
+        3,
+    ),
+    Case(
+        "several metrics take the largest",
+        policy(metrics=[{"name": "gpu_util", "target": 70}, {"name": "gpu_mem_used_ratio", "target": 50}]),
+        2,
+        running(2, {"gpu_util": 70, "gpu_mem_used_ratio": 100}),
+        4,
+        reason_has=("gpu_mem_used_ratio 100.0 over target 50",),
+    ),
+    # --- idle workloads --------------------------------------------------------------
+    Case(
+        "idle: every pod at 0 % goes to minReplicas (TooFewReplicas)",
+        policy(metrics=[{"name": "gpu_util", "target": 90}], minReplicas=2),
+        3,
+        running(3, 0),
+        2,
+        reason_has=("ceil(3 × 0.00) = 0", "raised to minReplicas 2"),
+        conditions={"ScalingLimited": "True:TooFewReplicas"},
+    ),
+    Case(
+        "idle: a rate-limited scale-down walks down by the policy's limit (ScaleDownLimit)",
+        policy(
+            behavior={
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 0,
+                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
+                }
+            }
+        ),
+        10,
+        running(10, 0),
+        8,
+        reason_has=("scale-down limited to 2 pods per 60 s: 8",),
+        conditions={"ScalingLimited": "True:ScaleDownLimit"},
+    ),
+    # --- missing, Pending, terminating and surge pods ------------------------------------
+    Case(
+        "ratio exactly 1 with a missing pod: HPA fills nothing and keeps 2",
+        policy(),
+        2,
+        (P(70), P(None)),
+        2,
+        reason_has=("within tolerance: keep 2",),
+    ),
+    Case(
+        "scale down: exclude unscheduled pods (5 replicas, 4 Pending, 1 at 10 against 50: 1)",
+        policy(metrics=[{"name": "gpu_util", "target": 50}]),
+        5,
+        (P(10), *pending(4)),
+        1,
+        reason_has=("4 pods Pending left out", "ceil(1 × 0.20) = 1"),
+    ),
+    Case(
+        "pods that do not exist yet do not count: 4 replicas, 1 pod at 100 against 50: 2",
+        policy(metrics=[{"name": "gpu_util", "target": 50}]),
+        4,
+        (P(100),),
+        2,
+    ),
+    Case(
+        "scale up with Pending pods: they count as 0 (1 at 140 + 1 Pending vs 70: within, keep)",
+        policy(),
+        2,
+        (P(140), *pending(1)),
+        2,
+        reason_has=("1 pod Pending as 0: ratio 1.00",),
+    ),
+    Case(
+        "scale up with Pending pods under heavy load still scales (1 at 280 + 1 Pending vs 70: 4)",
+        policy(),
+        2,
+        (P(280), *pending(1)),
+        4,
+    ),
+    Case(
+        "a terminating pod with fresh samples is ignored: 53 against 70 on 3 stays 3 (no flapping)",
+        policy(),
+        3,
+        (*running(3, 53), P(53, deleting=True)),
+        3,
+    ),
+    Case(
+        "a Failed pod is ignored",
+        policy(),
+        2,
+        (*running(2, 83), P(None, phase="Failed", ready=False)),
+        3,
+    ),
+    Case(
+        "surge pods of a rolling update count when they report: 4 ready pods at 35 on 3 replicas",
+        # HPA: ceil(0.5 × 4 ready pods) = 2
+        policy(),
+        3,
+        running(4, 35),
+        2,
+    ),
+    Case(
+        "cascade: 1 ready at 90 plus 1 loading pod: no second scale-up",
+        policy(),
+        2,
+        (P(90), P(None)),
+        2,
+        reason_has=("counting 1 pod without samples as 0: ratio 0.64", "reverses the direction"),
+    ),
+    Case(
+        "missing pods counted as 0 still scale up under heavy load",
+        policy(metrics=[{"name": "gpu_util", "target": 40}]),
+        2,
+        (P(100), P(None)),  # (100+0)/2/40 = 1.25 -> ceil(2 × 1.25) = 3
+        3,
+        reason_has=("counting 1 pod without samples as 0: ratio 1.25", "ceil(2 × 1.25) = 3"),
+    ),
+    Case(
+        "missing pods at target on the way down",
+        policy(),
+        4,
+        (P(14), P(14), P(None), P(None)),  # (14×2 + 70×2)/4/70 = 0.6 -> ceil(4 × 0.6) = 3
+        3,
+        reason_has=("counting 2 pods without samples at target: ratio 0.60",),
+    ),
+    Case(
+        "missing pods at target landing in tolerance: no change",
+        policy(),
+        4,
+        (P(50), *running(3, None)),  # (50 + 210)/4/70 = 0.93
+        4,
+        reason_has=("within tolerance",),
+    ),
+    # --- a metric without a value -------------------------------------------------------
+    Case(
+        "a metric without value blocks scale-down on the others, and ScalingActive is False",
+        policy(metrics=TWO_METRICS),
+        4,
+        running(4, {"gpu_util": 20}),
+        4,
+        reason_has=("no scale-down on the other metrics while one has no value",),
+        conditions={"ScalingActive": "False:FailedGetGPUMetrics"},
+    ),
+    Case(
+        "a metric without value does not block scale-up on the others",
+        policy(metrics=TWO_METRICS),
+        2,
+        running(2, {"gpu_util": 140}),
+        4,
+        conditions={"ScalingActive": "True:ValidMetricFound"},
+    ),
+    Case(
+        "no pod with a value: no decision",
+        policy(),
+        4,
+        running(4, None),
+        4,
+        conditions={"ScalingActive": "False:FailedGetGPUMetrics"},
+        reason_has=("no fresh value from any running pod",),
+    ),
+    Case(
+        "no pods match the selector: no decision",
+        policy(),
+        4,
+        (),
+        4,
+        reason_has=("no pods match the target's selector",),
+    ),
+    Case("the pod list is not there yet: no decision", policy(), 4, None, 4, reason_has=("not listed yet",)),
+    # --- per-direction tolerance (KEP-4951) --------------------------------------------
+    Case(
+        "scale-up tolerance wider than the default holds",
+        policy(behavior={"scaleUp": {"tolerance": 0.3}, "scaleDown": {"stabilizationWindowSeconds": 0}}),
+        4,
+        running(4, 84),
+        4,
+    ),
+    Case(
+        "scale-down tolerance narrower: 20 pods at 0.95 go to 19",
+        policy(maxReplicas=30, behavior={"scaleDown": {"tolerance": 0.01, "stabilizationWindowSeconds": 0}}),
+        20,
+        running(20, 66.5),
+        19,
+    ),
+    Case("default tolerance holds the same 20 pods", policy(maxReplicas=30), 20, running(20, 66.5), 20),
+    # --- bounds ------------------------------------------------------------------------
+    Case(
+        "clamped at maxReplicas",
+        policy(maxReplicas=5),
+        4,
+        running(4, 140),
+        5,
+        reason_has=("capped at maxReplicas 5",),
+        conditions={"ScalingLimited": "True:TooManyReplicas"},
+    ),
+    Case(
+        "raised to minReplicas",
+        policy(minReplicas=3),
+        4,
+        running(4, 10),
+        3,
+        reason_has=("raised to minReplicas 3",),
+        conditions={"ScalingLimited": "True:TooFewReplicas"},
+    ),
+    Case(
+        "current above max goes to max even without metrics",
+        policy(maxReplicas=3),
+        5,
+        running(5, None),
+        3,
+        conditions={"ScalingLimited": "True:TooManyReplicas"},
+    ),
+    Case("current below min goes to min", policy(minReplicas=2), 1, running(1, 70), 2),
+    Case(
+        "target scaled to zero by hand disables scaling",
+        policy(),
+        0,
+        (),
+        0,
+        conditions={"ScalingActive": "False:ScalingDisabled"},
+    ),
+    # --- stabilization -------------------------------------------------------------------
+    Case(
+        "scale-down held by the 300 s window",
+        policy(behavior=HPA_DEFAULTS),
+        4,
+        running(4, 35),
+        4,
+        state=seen(recommendations=recs((200, 4), (100, 4))),
+        reason_has=("held by the 300 s scale-down stabilization window at 4",),
+        conditions={"AbleToScale": "True:ScaleDownStabilized"},
+    ),
+    Case(
+        "scale-down released after the 300 s window",
+        policy(behavior=HPA_DEFAULTS),
+        4,
+        running(4, 35),
+        2,
+        state=seen(recommendations=recs((301, 4), (400, 4))),
+    ),
+    Case(
+        "scale-down goes to the highest recent recommendation",
+        policy(behavior=HPA_DEFAULTS),
+        6,
+        running(6, 35),
+        5,
+        state=seen(recommendations=recs((250, 5), (100, 4))),
+    ),
+    Case(
+        "a controller seeing a workload first seeds its history with the current count",
+        policy(behavior=HPA_DEFAULTS),
+        4,
+        running(4, 35),
+        4,
+        state=ScalerState(),
+    ),
+    Case(
+        "first sight with a 60 s scale-up window and no scale-down window holds the scale-up",
+        policy(
+            behavior={
+                "scaleUp": {"stabilizationWindowSeconds": 60},
+                "scaleDown": {"stabilizationWindowSeconds": 0},
+            }
+        ),
+        2,
+        running(2, 140),
+        2,
+        state=ScalerState(),
+        conditions={"AbleToScale": "True:ScaleUpStabilized"},
+    ),
+    Case(
+        "scale-up takes the lowest recommendation of its window",
+        policy(
+            behavior={
+                "scaleUp": {"stabilizationWindowSeconds": 60},
+                "scaleDown": {"stabilizationWindowSeconds": 0},
+            }
+        ),
+        2,
+        running(2, 140),
+        3,
+        state=seen(recommendations=recs((30, 3), (10, 5))),
+        conditions={"AbleToScale": "True:ScaleUpStabilized"},
+    ),
+    # --- rate policies ------------------------------------------------------------------
+    Case(
+        "default scale-up: Percent 100 vs Pods 4, Max picks +4 from 2",
+        policy(maxReplicas=50),
+        2,
+        running(2, 700),
+        6,
+        reason_has=("scale-up limited to 4 pods per 15 s: 6",),
+        conditions={"ScalingLimited": "True:ScaleUpLimit"},
+    ),
+    Case(
+        "default scale-up: Max picks +100 % from 10",
+        policy(maxReplicas=50),
+        10,
+        running(10, 280),
+        20,
+        reason_has=("scale-up limited to 100% per 15 s: 20",),
+    ),
+    Case(
+        "scale-up with Min select picks the smaller",
+        policy(
+            maxReplicas=50,
+            behavior={"scaleUp": {"selectPolicy": "Min"}, "scaleDown": {"stabilizationWindowSeconds": 0}},
+        ),
+        10,
+        running(10, 280),
+        14,
+        reason_has=("4 pods per 15 s",),
+    ),
+    Case(
+        "scale-up events in the period count against the limit",
+        policy(
+            maxReplicas=50,
+            behavior={"scaleUp": {"policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]}},
+        ),
+        4,
+        running(4, 280),
+        4,
+        state=seen(scale_up_events=(TimedValue(NOW - 30, 2),)),
+        conditions={"ScalingLimited": "True:ScaleUpLimit"},
+    ),
+    Case(
+        "scale-up events older than the period do not count",
+        policy(
+            maxReplicas=50,
+            behavior={"scaleUp": {"policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]}},
+        ),
+        4,
+        running(4, 280),
+        6,
+        state=seen(scale_up_events=(TimedValue(NOW - 61, 2),)),
+    ),
+    Case(
+        "scale-down Percent 50 with Max select",
+        policy(
+            behavior={
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 0,
+                    "policies": [
+                        {"type": "Percent", "value": 50, "periodSeconds": 60},
+                        {"type": "Pods", "value": 1, "periodSeconds": 60},
+                    ],
+                    "selectPolicy": "Max",
+                }
+            }
+        ),
+        10,
+        running(10, 7),
+        5,
+        reason_has=("scale-down limited to 50% per 60 s: 5",),
+        conditions={"ScalingLimited": "True:ScaleDownLimit"},
+    ),
+    Case(
+        "scale-down Percent 50 vs Pods 1 with Min select removes 1",
+        policy(
+            behavior={
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 0,
+                    "policies": [
+                        {"type": "Percent", "value": 50, "periodSeconds": 60},
+                        {"type": "Pods", "value": 1, "periodSeconds": 60},
+                    ],
+                    "selectPolicy": "Min",
+                }
+            }
+        ),
+        10,
+        running(10, 7),
+        9,
+        reason_has=("1 pod per 60 s",),
+    ),
+    Case(
+        "scale-down Disabled never scales down",
+        policy(behavior={"scaleDown": {"stabilizationWindowSeconds": 0, "selectPolicy": "Disabled"}}),
+        10,
+        running(10, 7),
+        10,
+    ),
+    Case(
+        "scale-up Disabled never scales up",
+        policy(
+            behavior={"scaleUp": {"selectPolicy": "Disabled"}, "scaleDown": {"stabilizationWindowSeconds": 0}}
+        ),
+        2,
+        running(2, 140),
+        2,
+    ),
+    # --- gpuscale's cooldown ------------------------------------------------------------
+    Case(
+        "gpuscale cooldown: a scale-up within cooldownSeconds holds",
+        policy(behavior={"scaleUp": {"cooldownSeconds": 60}, "scaleDown": {"stabilizationWindowSeconds": 0}}),
+        2,
+        running(2, 140),
+        2,
+        state=seen(last_scale_up=NOW - 20),
+        reason_has=("scale-up cooling down (20 s since the last, cooldownSeconds 60): keep 2",),
+        conditions={"AbleToScale": "False:BackoffUpscale"},
+    ),
+    Case(
+        "gpuscale cooldown: over after cooldownSeconds",
+        policy(behavior={"scaleUp": {"cooldownSeconds": 60}, "scaleDown": {"stabilizationWindowSeconds": 0}}),
+        2,
+        running(2, 140),
+        4,
+        state=seen(last_scale_up=NOW - 61),
+    ),
+    Case(
+        "gpuscale cooldown: each direction has its own",
+        policy(
+            behavior={
+                "scaleUp": {"cooldownSeconds": 600},
+                "scaleDown": {"stabilizationWindowSeconds": 0, "cooldownSeconds": 30},
+            }
+        ),
+        4,
+        running(4, 35),
+        2,
+        state=seen(last_scale_up=NOW - 20, last_scale_down=NOW - 40),
+    ),
+    Case(
+        "gpuscale cooldown: a scale-down within cooldownSeconds holds",
+        policy(behavior={"scaleDown": {"stabilizationWindowSeconds": 0, "cooldownSeconds": 30}}),
+        4,
+        running(4, 35),
+        4,
+        state=seen(last_scale_down=NOW - 10),
+        conditions={"AbleToScale": "False:BackoffDownscale"},
+    ),
+    # --- paused, staleness, fallback ----------------------------------------------------
+    Case(
+        "gpuscale paused: changes nothing but still computes the metrics",
+        policy(paused=True),
+        2,
+        running(2, 140),
+        2,
+        conditions={"ScalingActive": "False:ScalingDisabled"},
+        check=lambda e: e.desired == 2 and e.proposals[0].replicas == 4,
+    ),
+    Case(
+        "metrics that arrived longer ago than the window are not acted on",
+        policy(window="30s"),
+        2,
+        running(2, 140),
+        2,
+        received_s_ago=31,
+        reason_has=("longer than the 30 s window",),
+        conditions={"ScalingActive": "False:FailedGetGPUMetrics"},
+    ),
+    Case(
+        "gpuscale fallback: not yet due",
+        policy(fallback={"afterSeconds": 120, "replicas": 5}),
+        2,
+        running(2, None),
+        2,
+        state=seen(last_fresh_metrics=NOW - 60),
+        no_metrics=True,
+        reason_has=("fallback to 5 after 120 s, blind for 60 s",),
+    ),
+    Case(
+        "gpuscale fallback: raises to its count after afterSeconds",
+        policy(fallback={"afterSeconds": 120, "replicas": 5}),
+        2,
+        running(2, None),
+        5,
+        state=seen(last_fresh_metrics=NOW - 121),
+        no_metrics=True,
+        reason_has=("no metrics received for 121 s: fallback to 5",),
+        conditions={"ScalingActive": "False:FailedGetGPUMetrics"},
+    ),
+    Case(
+        "gpuscale fallback: never scales down",
+        policy(fallback={"afterSeconds": 120, "replicas": 2}),
+        6,
+        running(6, None),
+        6,
+        state=seen(last_fresh_metrics=NOW - 500),
+    ),
+    Case(
+        "gpuscale fallback: counts from first sight when no metrics ever came",
+        policy(fallback={"afterSeconds": 120, "replicas": 3}),
+        1,
+        running(1, None),
+        3,
+        state=ScalerState(first_seen=NOW - 130),
+        no_metrics=True,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_scenario(case: Case) -> None:
+    result = step(
+        case.scaler,
+        case.current,
+        case.pods,
+        state=case.state,
+        received_s_ago=case.received_s_ago,
+        no_metrics=case.no_metrics,
+    ).evaluation
+    assert result is not None
+    if case.check is not None:
+        assert case.check(result), result.reason
+    else:
+        assert result.desired == case.expect, result.reason
+    for fragment in case.reason_has:
+        assert fragment in result.reason, result.reason
+    for type_, expected in case.conditions.items():
+        c = result.conditions.of(ConditionType(type_))
+        assert f"{c.status}:{c.reason.value}" == expected, c
+
+
+# --- several steps ---------------------------------------------------------------------
+
+
+def test_scale_down_window_round_trip() -> None:
+    """A load drop is held for 300 s by the default window, then released."""
+    scaler = policy(behavior=HPA_DEFAULTS)
+    state = seen(recommendations=recs((1, 4)))
+    for t in range(0, 300, 15):
+        s = step(scaler, 4, running(4, 35), state=state, now=NOW + t)
+        assert s.evaluation is not None
+        assert s.evaluation.desired == 4, (t, s.evaluation.reason)
+        state = s.memory.state
+    s = step(scaler, 4, running(4, 35), state=state, now=NOW + 300)
+    assert s.evaluation is not None
+    assert s.evaluation.desired == 2, s.evaluation.reason
+
+
+def test_cascade_held_until_new_pods_report() -> None:
+    """DESIGN.md §4: after 1 -> 2, the new pod loads a model for 20 s without
+    samples: no second scale-up until it reports; then the true load decides."""
+    scaler = policy()
+    first = step(scaler, 1, (P(90),))
+    assert first.decision is not None
+    assert (first.decision.from_replicas, first.decision.to_replicas) == (1, 2)
+    state = first.memory.state
+    for t in range(2, 21, 2):  # pod 2 loading: not Ready, no samples; pod 1 still at 90
+        s = step(scaler, 2, (P(90), P(None, ready=False)), state=state, now=NOW + t)
+        assert s.decision is None, (t, s.evaluation)
+        state = s.memory.state
+    s = step(scaler, 2, running(2, 90), state=state, now=NOW + 22)
+    assert s.decision is not None
+    assert s.decision.to_replicas == 3
+
+
+def test_a_decision_waits_for_its_action_and_only_an_applied_one_counts() -> None:
+    """The step marks its decision pending; nothing new is decided for the
+    workload until the actuator reports or the scale shows the change. A change
+    that was never made does not feed the rate limits or the cooldown."""
+    from gpuscale.wire import Action
+    from gpuscale_decider.core.reconcile import action_seen
+
+    scaler = policy(
+        behavior={"scaleUp": {"cooldownSeconds": 60}, "scaleDown": {"stabilizationWindowSeconds": 0}}
+    )
+    first = step(scaler, 2, running(2, 140))
+    assert first.decision is not None
+    pending = first.memory.state.pending
+    assert pending is not None
+    assert pending.decision_id == first.decision.id
+    again = step(scaler, 2, running(2, 140), state=first.memory.state, now=NOW + 2)
+    assert again.decision is None
+    assert again.evaluation is not None
+    assert "waiting for the actuator to apply 2 → 4" in again.evaluation.reason
+    assert again.evaluation.conditions.able_to_scale.reason.value == "WaitingForActuator"
+
+    failed = Action(first.decision.id, NOW + 3, "failed", 2, 2, "boom")
+    state = action_seen(again.memory.state, failed, NOW + 3, 15)
+    assert state.pending is None
+    assert state.last_scale_up is None  # not made: no cooldown
+    backing_off = step(scaler, 2, running(2, 140), state=state, now=NOW + 4)
+    assert backing_off.decision is None  # a failed decision is retried after 5 s, then 10, 20 ...
+    assert backing_off.evaluation is not None
+    assert "could not be applied (boom): next try in 4 s" in backing_off.evaluation.reason
+    assert backing_off.evaluation.conditions.able_to_scale.reason.value == "FailedRescale"
+    retry = step(scaler, 2, running(2, 140), state=backing_off.memory.state, now=NOW + 8)
+    assert retry.decision is not None
+
+    applied = Action(retry.decision.id, NOW + 9, "applied", 2, 4, None)
+    state = action_seen(retry.memory.state, applied, NOW + 9, 15)
+    assert (state.pending, state.last_scale_up, state.failures) == (None, NOW + 9, 0)
+    assert state.scale_up_events == (TimedValue(NOW + 9, 2),)
+    held = step(scaler, 4, running(4, 140), state=state, now=NOW + 14)
+    assert held.evaluation is not None
+    assert "cooling down" in held.evaluation.reason
+
+
+def test_a_lost_action_report_is_settled_by_the_scale_or_a_timeout() -> None:
+    from gpuscale_decider.core.reconcile import Config, Note
+
+    scaler = policy()
+    first = step(scaler, 2, running(2, 140))
+    assert first.decision is not None
+    shown = step(scaler, 4, running(4, 70), state=first.memory.state, now=NOW + 2)
+    assert [n for n, _ in shown.notes] == [Note.DECISION_APPLIED]
+    assert shown.memory.state.pending is None
+    assert shown.memory.state.last_scale_up == NOW + 2
+
+    late = step(scaler, 2, running(2, 140), state=first.memory.state, now=NOW + 31, config=Config(30.0))
+    assert [n for n, _ in late.notes] == [Note.DECISION_NOT_APPLIED_IN_TIME]
+    assert late.decision is not None  # decided afresh
+
+
+def test_decision_ids_are_derived_from_the_workload_counts_and_instant() -> None:
+    a = step(policy(), 2, running(2, 140)).decision
+    b = step(policy(), 2, running(2, 140)).decision
+    c = step(policy(), 2, running(2, 140), now=NOW + 0.001).decision
+    assert a is not None
+    assert b is not None
+    assert c is not None
+    assert a.id == b.id
+    assert a.id != c.id
+
+
+def test_another_controller_on_the_target_gets_a_condition_and_no_decision() -> None:
+    s = step(policy(), 2, running(2, 140), conflict="HorizontalPodAutoscaler ns/bert")
+    assert s.decision is None
+    assert s.status is not None
+    able = {c["type"]: c for c in s.status["conditions"]}["AbleToScale"]
+    assert (able["status"], able["reason"]) == ("False", "ConflictingController")
+    assert "HorizontalPodAutoscaler ns/bert already scales Deployment/bert" in able["message"]
+
+
+def test_status_is_written_when_it_changes_and_refreshed_at_most_every_15_s() -> None:
+    scaler = policy()
+
+    def at(memory: Memory, t: float, util: float) -> Step:
+        views, observation = world(running(4, util), received_at=NOW + t - 1)
+        return reconcile(memory, scaler, Target(4, SELECTOR), views, observation, NOW + t)
+
+    first = at(Memory(seen()), 0, 70)
+    assert first.status is not None
+    assert first.status["targets"] == "70/70"
+    moved = at(first.memory, 5, 71)
+    assert moved.status is None  # only the value moved, 5 s later: not yet
+    refreshed = at(moved.memory, 16, 71)
+    assert refreshed.status is not None  # HPA's sync period passed: the value is refreshed
+    assert refreshed.status["targets"] == "71/70"
+    changed = at(refreshed.memory, 17, 140)
+    assert changed.status is not None  # replicas and conditions changed: at once
+    assert changed.status["desiredReplicas"] == 8
+
+
+def test_state_round_trips_and_tolerates_damage() -> None:
+    from gpuscale_decider.core.state import Pending
+
+    state = seen(
+        recommendations=recs((5, 3)),
+        scale_up_events=(TimedValue(NOW, 2),),
+        last_scale_up=NOW,
+        last_fresh_metrics=NOW,
+        pending=Pending("d-1", 2, 3, NOW),
+    )
+    assert ScalerState.from_dict(state.to_dict()) == state
+    damaged = ScalerState.from_dict(
+        {
+            "recommendations": [[1.0], "x", [2.0, 3]],
+            "last_scale_up": "yesterday",
+            "pending": ["d", "2", 3, 1.0],
+        }
+    )
+    assert damaged.recommendations == (TimedValue(2.0, 3),)
+    assert damaged.last_scale_up is None
+    assert damaged.pending is None
+    assert ScalerState.from_dict(None) == ScalerState()
+
+
+def test_status_last_scale_time_seeds_cooldown_after_restart() -> None:
+    from gpuscale_decider.core.state import seed_last_scale
+
+    scaler = policy(
+        behavior={"scaleUp": {"cooldownSeconds": 60}, "scaleDown": {"stabilizationWindowSeconds": 0}}
+    )
+    state = seed_last_scale(seen(), NOW - 30)
+    result = step(scaler, 2, running(2, 140), state=state).evaluation
+    assert result is not None
+    assert result.desired == 2
+    assert "cooling down" in result.reason

@@ -1,0 +1,134 @@
+"""The decider reads the target's pods as HPA's pod lister does, against
+kube-sim (which schedules pods on simulated GPU nodes) and a real nats-server.
+
+Scenarios from the HPA behaviour the decider must match: a cluster out of
+GPUs leaves replicas Pending, and HPA leaves Pending pods out of a
+scale-down ("scale down: exclude unscheduled pods"); an idle workload goes
+to minReplicas (TooFewReplicas)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuscale.embedded_nats import EmbeddedNats
+from gpuscale.natsio import NATS
+from gpuscale_decider.pods import PodIndex, pod_of
+from gpuscale_kubesim import KubeSim
+
+from ..k8s_objects import gpu_workload
+from ..waiting import eventually
+from .decider_harness import (
+    gpuscaler,
+    metrics_message,
+    publish_metrics,
+    running_decider,
+    running_pods,
+    settings_for,
+    watch_decisions,
+    write_policies,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def phases(sim: KubeSim, app: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for p in sim.pods("default", f"app={app}"):
+        if not p["metadata"].get("deletionTimestamp"):
+            out.setdefault(p["status"]["phase"], []).append(p["metadata"]["name"])
+    return out
+
+
+async def test_pending_pods_on_a_cluster_out_of_gpus_do_not_freeze_a_scale_down(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    # 2 nodes x 8 GPUs and pods of 8 GPUs each: 2 run, 3 stay Pending (Unschedulable).
+    await kube_sim.create(gpu_workload("llm", 5, gpus=8))
+    running = await eventually(
+        lambda: (
+            (p := phases(kube_sim, "llm"))
+            and len(p.get("Running", [])) == 2
+            and len(p.get("Pending", [])) == 3
+            and p
+        ),
+        what="2 Running and 3 Pending pods",
+    )
+    policies = write_policies(
+        tmp_path / "policies.yaml",
+        gpuscaler("llm", "llm", metrics=[{"name": "gpu_util", "target": 50}]),
+    )
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
+    async with running_decider(settings), watch_decisions(nats_client) as watch:
+        # The running pods at 10 % of a 50 % target: HPA leaves the Pending ones
+        # out and goes to ceil(2 x 0.2) = 1.
+        await publish_metrics(nats_client, metrics_message("llm", 10.0, 2, pods=sorted(running["Running"])))
+        decision = await watch.next(1)
+    assert (decision.from_replicas, decision.to_replicas) == (5, 1)
+    assert "3 pods Pending left out" in decision.reason
+    assert decision.inputs["pods_pending"] == 3
+
+
+async def test_an_idle_workload_goes_to_min_replicas(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    await kube_sim.create(gpu_workload("bert", 3))
+    pods = await running_pods(kube_sim, "bert", 3)
+    policies = write_policies(
+        tmp_path / "policies.yaml",
+        gpuscaler("bert", "bert", min_replicas=2, metrics=[{"name": "gpu_util", "target": 90}]),
+    )
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
+    async with running_decider(settings), watch_decisions(nats_client) as watch:
+        await publish_metrics(nats_client, metrics_message("bert", 0.0, 3, pods=pods))
+        decision = await watch.next(1)
+    assert (decision.from_replicas, decision.to_replicas) == (3, 2)
+    assert "raised to minReplicas 2" in decision.reason
+    assert decision.inputs["conditions"]["ScalingLimited"] == "TooFewReplicas"
+
+
+def pod(
+    name: str, labels: dict[str, str], phase: str = "Running", ready: bool = True, **meta: Any
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ml", "labels": labels, **meta},
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_pod_index_answers_selectors_as_the_api_server_would() -> None:
+    index = PodIndex()
+    for obj in (
+        pod("bert-a", {"app": "bert", "tier": "gpu"}),
+        pod("bert-b", {"app": "bert", "tier": "cpu"}, phase="Pending", ready=False),
+        pod("bert-c", {"app": "bert"}, deletionTimestamp="2026-11-23T10:00:00Z"),
+        pod("llama-a", {"app": "llama", "tier": "gpu"}),
+    ):
+        found = pod_of(obj)
+        assert found is not None
+        index.put(*found)
+
+    def names(selector: str) -> list[str]:
+        views = index.select("ml", selector)
+        assert views is not None
+        return [v.name for v in views]
+
+    assert names("app=bert") == ["bert-a", "bert-b", "bert-c"]
+    assert names("app=bert,tier=gpu") == ["bert-a"]
+    assert names("app in (bert, llama),tier!=cpu") == ["bert-a", "bert-c", "llama-a"]
+    assert names("tier") == ["bert-a", "bert-b", "llama-a"]
+    assert names("!tier") == ["bert-c"]
+    assert index.select("other", "app=bert") == ()
+    assert index.select("ml", "app in (bert") is None  # unparsable: no answer rather than a wrong one
+    views = {v.name: v for v in index.select("ml", "app=bert") or ()}
+    assert (views["bert-b"].phase, views["bert-b"].ready) == ("Pending", False)
+    assert views["bert-c"].deleting
+    # A label change moves the pod between selectors; a delete forgets it.
+    relabelled = pod_of(pod("bert-a", {"app": "bert", "tier": "cpu"}))
+    assert relabelled is not None
+    index.put(*relabelled)
+    assert names("app=bert,tier=gpu") == []
+    index.put("ml", "bert-b", None)
+    assert names("app=bert") == ["bert-a", "bert-c"]
