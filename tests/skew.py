@@ -143,3 +143,15 @@ def restamp(payload: dict[str, Any], now: float) -> dict[str, Any]:
     for pod in out.get("pods", ()):
         pod["last_seen"] += shift
     return out
+
+
+def counted(running: Any, family: str) -> dict[str, float]:
+    """A running service's non-zero counts of ``family`` (``gpuscale_messages_rejected``,
+    ``gpuscale_messages_unknown_fields``), keyed by their ``field`` or ``reason`` label."""
+    return {
+        s.labels.get("field") or s.labels.get("reason", ""): s.value
+        for metric in running.ctx.metrics.registry.collect()
+        if metric.name == family
+        for s in metric.samples
+        if s.name.endswith("_total") and s.value
+    }

@@ -9,7 +9,6 @@ outcome published, and each unknown name counted once; nothing is rejected.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
@@ -20,22 +19,12 @@ from gpuscale.wire import Decision
 from gpuscale_actuator.app import ensure_decisions_stream
 from gpuscale_kubesim import KubeSim
 
-from ..skew import golden, newer, newer_names, older, pack, restamp
+from ..skew import counted, golden, newer, newer_names, older, pack, restamp
 from .actuator_harness import running_actuator, settings_for, watch_actions
 from .kube_fixtures import seed
 from .test_actuator_service_sim import replicas_of
 
 pytestmark = pytest.mark.integration
-
-
-def _counted(family_name: str, running: Any) -> dict[str, float]:
-    return {
-        s.labels.get("field") or s.labels.get("reason", ""): s.value
-        for family in running.ctx.metrics.registry.collect()
-        if family.name == family_name
-        for s in family.samples
-        if s.name.endswith("_total") and s.value
-    }
 
 
 @pytest.mark.parametrize("variant", ["newer", "older"])
@@ -62,6 +51,6 @@ async def test_a_decision_from_another_decider_version_is_applied(
         )  # kube-sim may bump the resourceVersion first
         assert (action.replicas_before, action.replicas_after) == (1, 3)
         assert await replicas_of(kube_sim) == 3
-        assert _counted("gpuscale_messages_rejected", actuator) == {}
+        assert counted(actuator, "gpuscale_messages_rejected") == {}
         expected = newer_names(base, Decision) if variant == "newer" else set()
-        assert _counted("gpuscale_messages_unknown_fields", actuator) == dict.fromkeys(expected, 1.0)
+        assert counted(actuator, "gpuscale_messages_unknown_fields") == dict.fromkeys(expected, 1.0)

@@ -19,7 +19,7 @@ from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale.wire import SampleBatch
 
-from ..skew import golden, newer, newer_names, older, pack, restamp
+from ..skew import counted, golden, newer, newer_names, older, pack, restamp
 from ..waiting import eventually
 from .aggregator_harness import MetricsInbox, counter, running_aggregator
 
@@ -75,23 +75,9 @@ async def test_batches_from_another_collector_version_are_averaged(
             # memory falls back to the GPU's.
             assert "sm_util" not in llama.averages
             assert llama.averages["gpu_mem_used_mib"] == pytest.approx(61_440.0)
-        registry = service.ctx.metrics.registry
-        rejected = [
-            s
-            for family in registry.collect()
-            if family.name == "gpuscale_messages_rejected"
-            for s in family.samples
-            if s.value
-        ]
-        assert rejected == []
+        assert counted(service, "gpuscale_messages_rejected") == {}
         assert counter(service, "gpuscale_aggregator_gpu_samples_rejected_total", reason="missing_field") == 0
-        unknown = {
-            s.labels["field"]: s.value
-            for family in registry.collect()
-            if family.name == "gpuscale_messages_unknown_fields"
-            for s in family.samples
-            if s.name.endswith("_total")
-        }
+        unknown = counted(service, "gpuscale_messages_unknown_fields")
         expected = newer_names(golden("samples"), SampleBatch) if variant == "newer" else set()
         assert unknown == dict.fromkeys(expected, 1.0)  # each name once, however many batches
 

@@ -22,7 +22,7 @@ from gpuscale.natsio import NATS
 from gpuscale.wire import WorkloadMetrics
 from gpuscale_kubesim import KubeSim
 
-from ..skew import ENGINE_METRICS, golden, newer, newer_names, older, pack, restamp
+from ..skew import ENGINE_METRICS, counted, golden, newer, newer_names, older, pack, restamp
 from ..waiting import eventually
 from .decider_harness import (
     deployment,
@@ -51,16 +51,6 @@ def _variant(name: str, pod: str) -> dict[str, Any]:
     return base
 
 
-def _counted(family_name: str, running: Any) -> dict[str, float]:
-    return {
-        s.labels.get("field") or s.labels.get("reason", ""): s.value
-        for family in running.ctx.metrics.registry.collect()
-        if family.name == family_name
-        for s in family.samples
-        if s.name.endswith("_total") and s.value
-    }
-
-
 @pytest.mark.parametrize("variant", ["newer", "older"])
 async def test_metrics_from_another_aggregator_version_lead_to_a_decision(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path, variant: str
@@ -85,9 +75,9 @@ async def test_metrics_from_another_aggregator_version_lead_to_a_decision(
         assert decision.inputs["averages"]["gpu_util"] == 43.5
         assert set(decision.inputs["averages"]).isdisjoint(ENGINE_METRICS)
         await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") == 3)
-        assert _counted("gpuscale_messages_rejected", running) == {}
+        assert counted(running, "gpuscale_messages_rejected") == {}
         expected = newer_names(golden("metrics"), WorkloadMetrics) if variant == "newer" else set()
-        assert _counted("gpuscale_messages_unknown_fields", running) == dict.fromkeys(expected, 1.0)
+        assert counted(running, "gpuscale_messages_unknown_fields") == dict.fromkeys(expected, 1.0)
         assert {"averages.requests_waiting", "pods.values.kv_cache_usage"} <= expected or variant == "older"
 
 
@@ -117,4 +107,4 @@ async def test_a_metric_the_policy_asks_for_and_the_message_lacks_is_missing_dat
         assert (decision.from_replicas, decision.to_replicas) == (1, 3)
         assert decision.reason.startswith("gpu_util 43.5 over target 20")
         assert decision.inputs["proposals"] == {"gpu_util": 3, "sm_active": None}
-        assert _counted("gpuscale_messages_rejected", running) == {}
+        assert counted(running, "gpuscale_messages_rejected") == {}

@@ -231,15 +231,16 @@ def _mutations(message: Any) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    case=st.one_of(
-        _mutations(batch()).map(lambda p: (p, SampleBatch)),
-        _mutations(metrics()).map(lambda p: (p, WorkloadMetrics)),
-        _mutations(decision()).map(lambda p: (p, Decision)),
-        _mutations(action()).map(lambda p: (p, Action)),
-    )
+NEAR_MISSES = st.one_of(
+    _mutations(batch()).map(lambda p: (p, SampleBatch)),
+    _mutations(metrics()).map(lambda p: (p, WorkloadMetrics)),
+    _mutations(decision()).map(lambda p: (p, Decision)),
+    _mutations(action()).map(lambda p: (p, Action)),
 )
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=NEAR_MISSES)
 def test_near_miss_payloads_decode_or_are_rejected(case: tuple[dict[str, Any], Any]) -> None:
     payload, cls = case
     try:
@@ -254,15 +255,7 @@ def test_near_miss_payloads_decode_or_are_rejected(case: tuple[dict[str, Any], A
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    case=st.one_of(
-        _mutations(batch()).map(lambda p: (p, SampleBatch)),
-        _mutations(metrics()).map(lambda p: (p, WorkloadMetrics)),
-        _mutations(decision()).map(lambda p: (p, Decision)),
-        _mutations(action()).map(lambda p: (p, Action)),
-    ),
-    extra=st.dictionaries(st.text(max_size=8), msgpack_values, max_size=3),
-)
+@given(case=NEAR_MISSES, extra=st.dictionaries(st.text(max_size=8), msgpack_values, max_size=3))
 def test_a_reader_looking_for_unknown_names_never_raises_anything_else(
     case: tuple[dict[str, Any], Any], extra: dict[str, Any]
 ) -> None:

@@ -363,32 +363,13 @@ class WindowStore:
         inv = self._inv_bucket
         oldest = self._oldest[pid]
         current = self._open[pid]
-        ring = self._ring
-        totals = self._totals
-        unpack_from = _RECORD.unpack_from
-        size = _RECORD.size
         while oldest < current:
             slot = base + oldest % slots
             held = slot_ts[slot]
             if held != _EMPTY and int(held * inv) == oldest:
                 if held > cutoff:
                     break
-                # (_evict_slot, inlined: every sample leaves through here once)
-                v = unpack_from(ring, slot * size)
-                t = pid * _TOTALS
-                totals[t] -= v[0]
-                totals[t + 1] -= v[1]
-                totals[t + 2] -= v[2]
-                totals[t + 3] -= v[3]
-                totals[t + 4] -= v[4]
-                totals[t + 5] -= v[5]
-                totals[t + 6] -= v[6]
-                totals[t + 7] -= v[7]
-                totals[t + 8] -= v[8]
-                totals[t + 9] -= v[9]
-                totals[t + 10] -= v[10]
-                totals[t + 11] -= v[11]
-                slot_ts[slot] = _EMPTY
+                self._evict_slot(pid, slot)
             oldest += 1
         self._oldest[pid] = oldest
         if oldest < current:
