@@ -163,7 +163,9 @@ class MetricValues(_Wire, frozen=True, gc=False):
         return cls(**values)
 
     def to_dict(self) -> dict[str, float]:
-        return {name: v for name in METRIC_NAMES if (v := getattr(self, name)) is not UNSET}
+        """The metrics present (an absent one is UNSET, which this leaves out)."""
+        values: dict[str, float] = msgspec.to_builtins(self)
+        return values
 
     def get(self, name: str, default: float | None = None) -> float | None:
         v = getattr(self, name, UNSET) if name in _METRIC_SET else UNSET
@@ -182,7 +184,7 @@ class MetricValues(_Wire, frozen=True, gc=False):
         return iter(self.to_dict())
 
     def __len__(self) -> int:
-        return sum(1 for name in METRIC_NAMES if getattr(self, name) is not UNSET)
+        return len(self.to_dict())
 
     def items(self) -> Iterator[tuple[str, float]]:
         return iter(self.to_dict().items())
