@@ -186,6 +186,9 @@ def test_request_parsing() -> None:
         external_api.parse_request("ml", "gpuscale-gpu_util", "workload!=bert")
     assert info.value.code == 400
     with pytest.raises(external_api.ApiError) as info:
+        external_api.parse_request("ml", "gpuscale-gpu_util", "workload=bert,workload=other")
+    assert "names workload twice" in info.value.body["message"]
+    with pytest.raises(external_api.ApiError) as info:
         external_api.parse_request("ml", "gpuscale-temp", "workload=bert")
     assert (info.value.code, info.value.body["reason"]) == (404, "NotFound")
 

@@ -350,6 +350,55 @@ def _source_metric(
     metrics.add(source.metric, converted, origin, conv)
 
 
+HPA_FIELDS: Final = frozenset(
+    {"scaleTargetRef", "minReplicas", "maxReplicas", "metrics", "behavior", "targetCPUUtilizationPercentage"}
+)
+SCALED_OBJECT_FIELDS: Final = frozenset(
+    {
+        "scaleTargetRef",
+        "minReplicaCount",
+        "maxReplicaCount",
+        "pollingInterval",
+        "cooldownPeriod",
+        "initialCooldownPeriod",
+        "idleReplicaCount",
+        "triggers",
+        "advanced",
+        "fallback",
+    }
+)
+
+
+def _unknown_fields(spec: Mapping[str, Any], known: frozenset[str], what: str, conv: Conversion) -> None:
+    for key in spec:
+        if key not in known:
+            conv.unmapped.append(f"spec.{key}: not {what} field gpuscale knows; not carried over")
+
+
+def _finish(
+    conv: Conversion,
+    obj: Mapping[str, Any],
+    ref: dict[str, str] | None,
+    min_replicas: int,
+    max_replicas: int | None,
+    metrics: _Metrics,
+    extra: dict[str, Any],
+    max_field: str,
+) -> None:
+    """The GPUScaler, when nothing stands in the way."""
+    if not metrics.targets and conv.error is None:
+        conv.error = "no GPU metric to scale on (see the notes)"
+    if conv.error is not None or ref is None or max_replicas is None:
+        return
+    if max_replicas < min_replicas:
+        conv.error = f"{max_field} {max_replicas} is below the minimum of {min_replicas}"
+        return
+    conv.mapped.insert(
+        0, f"scaleTargetRef {ref['kind']}/{ref['name']}, replicas {min_replicas}..{max_replicas}"
+    )
+    conv.gpuscaler = _gpuscaler(obj, ref, min_replicas, max_replicas, metrics, extra)
+
+
 # --- HorizontalPodAutoscaler -----------------------------------------------------------------------
 
 
@@ -458,26 +507,8 @@ def convert_hpa(obj: Mapping[str, Any]) -> Conversion:
         behavior = _behavior(spec.get("behavior"), "spec.behavior", conv)
         if behavior:
             extra["behavior"] = behavior
-    for key in spec:
-        if key not in (
-            "scaleTargetRef",
-            "minReplicas",
-            "maxReplicas",
-            "metrics",
-            "behavior",
-            "targetCPUUtilizationPercentage",
-        ):
-            conv.unmapped.append(f"spec.{key}: not an HPA field gpuscale knows; not carried over")
-    if not metrics.targets and conv.error is None:
-        conv.error = "no GPU metric to scale on (see the notes)"
-    if conv.error is None and ref is not None and max_replicas is not None:
-        if max_replicas < min_replicas:
-            conv.error = f"maxReplicas {max_replicas} is below minReplicas {min_replicas}"
-            return conv
-        conv.mapped.insert(
-            0, f"scaleTargetRef {ref['kind']}/{ref['name']}, replicas {min_replicas}..{max_replicas}"
-        )
-        conv.gpuscaler = _gpuscaler(obj, ref, min_replicas, max_replicas, metrics, extra)
+    _unknown_fields(spec, HPA_FIELDS, "an HPA", conv)
+    _finish(conv, obj, ref, min_replicas, max_replicas, metrics, extra, "maxReplicas")
     return conv
 
 
@@ -786,35 +817,13 @@ def convert_scaled_object(obj: Mapping[str, Any]) -> Conversion:
                     "count as given (KEDA's static)"
                 )
     _paused(_map(_map(obj.get("metadata")).get("annotations")), conv, extra)
-    for key in spec:
-        if key not in (
-            "scaleTargetRef",
-            "minReplicaCount",
-            "maxReplicaCount",
-            "pollingInterval",
-            "cooldownPeriod",
-            "initialCooldownPeriod",
-            "idleReplicaCount",
-            "triggers",
-            "advanced",
-            "fallback",
-        ):
-            conv.unmapped.append(f"spec.{key}: not a ScaledObject field gpuscale knows; not carried over")
-    if not metrics.targets and conv.error is None:
-        conv.error = "no GPU metric to scale on (see the notes)"
-    if conv.error is None and ref is not None and max_replicas is not None:
-        if max_replicas < min_replicas:
-            conv.error = f"maxReplicaCount {max_replicas} is below the minimum of {min_replicas}"
-            return conv
-        if "fallback" in extra and extra["fallback"]["replicas"] < min_replicas:
-            conv.mapped.append(
-                f"fallback.replicas {extra['fallback']['replicas']} is below minReplicas {min_replicas}: "
-                "the decider clamps it to minReplicas"
-            )
-        conv.mapped.insert(
-            0, f"scaleTargetRef {ref['kind']}/{ref['name']}, replicas {min_replicas}..{max_replicas}"
+    _unknown_fields(spec, SCALED_OBJECT_FIELDS, "a ScaledObject", conv)
+    if "fallback" in extra and extra["fallback"]["replicas"] < min_replicas:
+        conv.mapped.append(
+            f"fallback.replicas {extra['fallback']['replicas']} is below minReplicas {min_replicas}: "
+            "the decider clamps it to minReplicas"
         )
-        conv.gpuscaler = _gpuscaler(obj, ref, min_replicas, max_replicas, metrics, extra)
+    _finish(conv, obj, ref, min_replicas, max_replicas, metrics, extra, "maxReplicaCount")
     return conv
 
 

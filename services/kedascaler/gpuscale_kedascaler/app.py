@@ -129,6 +129,7 @@ class KedaScalerService:
         if not self.store.observe(message, now):
             self.m.ignored.labels(reason="out_of_order").inc()
             return
+        self.m.workloads.set(len(self.store))
         event = self._changed.pop(key, None)
         if event is not None:
             event.set()

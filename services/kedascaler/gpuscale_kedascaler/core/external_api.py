@@ -103,6 +103,10 @@ def parse_request(namespace: str, metric_name: str, label_selector: str | None) 
                 f"labelSelector {label_selector!r}: only key=value terms name a workload "
                 "(workload=<name>, kind=<Kind>)",
             )
+        if requirement.key in labels:
+            raise ApiError(
+                400, "BadRequest", f"labelSelector {label_selector!r} names {requirement.key} twice"
+            )
         labels[requirement.key] = next(iter(requirement.values))
     try:
         return parse_external_metric(namespace, metric_name, labels)
