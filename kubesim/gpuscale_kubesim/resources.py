@@ -297,6 +297,11 @@ def _hpa_targets(obj: Obj, _now: float) -> Any:
     return ", ".join(parts) or "<none>"
 
 
+def _apiservice_backend(obj: Obj, _now: float) -> Any:
+    service = obj.get("spec", {}).get("service") or {}
+    return f"{service.get('namespace', '')}/{service.get('name', '')}" if service else "Local"
+
+
 def _selector(path: str) -> Cell:
     def cell(obj: Obj, _now: float) -> Any:
         labels = json_path(obj, path) or {}
@@ -571,6 +576,22 @@ BUILTINS: tuple[ResourceDef, ...] = (
             Column(
                 "Max Unavailable", "string", _path_cell(".spec.maxUnavailable", "string"), "Max unavailable"
             ),
+            AGE_COLUMN,
+        ),
+    ),
+    # Aggregated APIs (an external metrics provider's APIService); stored, nothing is proxied.
+    ResourceDef(
+        "apiregistration.k8s.io",
+        "v1",
+        "apiservices",
+        "apiservice",
+        "APIService",
+        namespaced=False,
+        subresources=frozenset({"status"}),
+        categories=("api-extensions",),
+        columns=(
+            NAME_COLUMN,
+            Column("Service", "string", _apiservice_backend, "The Service serving this API, or Local"),
             AGE_COLUMN,
         ),
     ),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuscale.names import target_problems
-from gpuscale.policy import GPUScaler
+from gpuscale.policy import GPUScaler, Mode
 from gpuscale.wire import Decision
 
 
@@ -28,6 +28,7 @@ class Cause(StrEnum):
     OTHER_POLICY = "other_policy"
     SEVERAL_POLICIES = "several_policies"
     PAUSED = "paused"
+    SHADOW = "shadow"
     OUT_OF_BOUNDS = "out_of_bounds"
 
 
@@ -80,6 +81,8 @@ def admit(decision: Decision, scalers: Iterable[GPUScaler]) -> Refusal | None:
     spec = scaler.spec
     if spec.paused:
         return Refusal(Cause.PAUSED, f"GPUScaler {scaler.key} is paused")
+    if spec.mode is Mode.SHADOW:
+        return Refusal(Cause.SHADOW, f"GPUScaler {scaler.key} is in shadow mode: it advises, never scales")
     if not spec.min_replicas <= decision.to_replicas <= spec.max_replicas:
         return Refusal(
             Cause.OUT_OF_BOUNDS,

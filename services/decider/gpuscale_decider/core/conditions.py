@@ -30,6 +30,7 @@ class Reason(StrEnum):
     INVALID_POLICY = "InvalidPolicy"
     WAITING_FOR_ACTUATOR = "WaitingForActuator"
     FAILED_RESCALE = "FailedRescale"
+    SHADOW_MODE = "ShadowMode"
     # ScalingActive
     VALID_METRIC_FOUND = "ValidMetricFound"
     FAILED_GET_GPU_METRICS = "FailedGetGPUMetrics"
