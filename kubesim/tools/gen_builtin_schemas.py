@@ -37,6 +37,8 @@ ROOTS = [
     "io.k8s.api.policy.v1.PodDisruptionBudget",
     *(f"io.k8s.api.rbac.v1.{k}" for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")),
     "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+    # TokenReview (create only) and TokenRequest (serviceaccounts/token).
+    *(f"io.k8s.api.authentication.v1.{k}" for k in ("TokenReview", "TokenRequest")),
     "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
     "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     "io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList",
