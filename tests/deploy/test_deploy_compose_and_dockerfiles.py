@@ -243,6 +243,7 @@ def test_there_is_a_dockerfile_per_service() -> None:
         "decider",
         "actuator",
         "kube-sim",
+        "nats-auth",  # deploy/components/node-auth
     }
 
 

@@ -81,8 +81,11 @@ class NatsAuthMetrics:
 
 
 def _seed_file(settings: NatsAuthSettings) -> Path:
-    if settings.issuer_seed_file is None:  # the settings refuse to be built without it
-        raise ValueError("--issuer-seed-file is required")
+    if settings.issuer_seed_file is None:
+        raise ValueError(
+            "--issuer-seed-file (or GPUSCALE_NATS_AUTH_ISSUER_SEED_FILE) is required: the account "
+            "nkey seed whose public key is nats-server's auth_callout.issuer"
+        )
     return settings.issuer_seed_file
 
 

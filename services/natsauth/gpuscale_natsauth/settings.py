@@ -32,7 +32,7 @@ class NatsAuthSettings(CommonSettings):
         env="GPUSCALE_NATS_AUTH_ISSUER_SEED_FILE",
         parse=existing_file,
         help="file holding the nkey seed (SA...) of the account that signs the answers; "
-        "nats-server's auth_callout.issuer is its public key (required)",
+        "nats-server's auth_callout.issuer is its public key (required to run)",
         metavar="FILE",
     )
     audience: str = option(
@@ -81,10 +81,3 @@ class NatsAuthSettings(CommonSettings):
     kubeconfig: Path | None = option(
         None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
     )
-
-    def __post_init__(self) -> None:
-        if self.issuer_seed_file is None:
-            raise ValueError(
-                "--issuer-seed-file (or GPUSCALE_NATS_AUTH_ISSUER_SEED_FILE) is required: "
-                "the account nkey seed whose public key is nats-server's auth_callout.issuer"
-            )
