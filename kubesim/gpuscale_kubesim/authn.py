@@ -300,30 +300,23 @@ def _authenticated(store: Store, claims: Obj, wanted: list[str], now: float) -> 
             f"service account UID ({sa['metadata']['uid']}) does not match claim ({sa_ref.get('uid')})"
         )
     extra: Obj = {CREDENTIAL_ID_KEY: [f"JTI={claims.get('jti')}"]}
-    pod_ref = private.get("pod")
-    if pod_ref is not None:
-        pod = _find(store, "pods", namespace, str(pod_ref.get("name") or ""))
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
+    for kind, plural, ref_namespace, name_key, uid_key in (
+        ("pod", "pods", namespace, POD_NAME_KEY, POD_UID_KEY),
+        ("node", "nodes", None, NODE_NAME_KEY, NODE_UID_KEY),
+    ):
+        ref = private.get(kind)
+        if ref is None:
+            continue
+        bound = _find(store, plural, ref_namespace, str(ref.get("name") or ""))
+        if bound is None or bound["metadata"].get("deletionTimestamp"):
             raise _Invalid("service account token has been invalidated")
-        if pod["metadata"]["uid"] != pod_ref.get("uid"):
+        if bound["metadata"]["uid"] != ref.get("uid"):
             raise _Invalid(
-                f"pod UID ({pod['metadata']['uid']}) does not match service account pod ref claim "
-                f"({pod_ref.get('uid')})"
+                f"{kind} UID ({bound['metadata']['uid']}) does not match service account {kind} ref claim "
+                f"({ref.get('uid')})"
             )
-        extra[POD_NAME_KEY] = [pod_ref["name"]]
-        extra[POD_UID_KEY] = [pod_ref["uid"]]
-    node_ref = private.get("node")
-    if node_ref is not None:
-        node = _find(store, "nodes", None, str(node_ref.get("name") or ""))
-        if node is None or node["metadata"].get("deletionTimestamp"):
-            raise _Invalid("service account token has been invalidated")
-        if node["metadata"]["uid"] != node_ref.get("uid"):
-            raise _Invalid(
-                f"node UID ({node['metadata']['uid']}) does not match service account node ref claim "
-                f"({node_ref.get('uid')})"
-            )
-        extra[NODE_NAME_KEY] = [node_ref["name"]]
-        extra[NODE_UID_KEY] = [node_ref["uid"]]
+        extra[name_key] = [ref["name"]]
+        extra[uid_key] = [ref["uid"]]
     return {
         "authenticated": True,
         "user": {

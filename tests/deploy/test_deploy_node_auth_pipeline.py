@@ -84,7 +84,11 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[tuple[NodeAuthWorld, Process
 
 def _refusals(world: NodeAuthWorld) -> list[str]:
     markers = ("Violation", "authentication error", "Auth callout service returned an error")
-    return [line for line in world.nats_log.read_text(errors="replace").splitlines() if any(m in line for m in markers)]
+    return [
+        line
+        for line in world.nats_log.read_text(errors="replace").splitlines()
+        if any(m in line for m in markers)
+    ]
 
 
 async def test_the_pipeline_scales_with_node_bound_collectors(

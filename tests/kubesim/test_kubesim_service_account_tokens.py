@@ -140,6 +140,15 @@ async def test_a_token_dies_with_its_pod_and_a_new_pod_of_the_same_name_does_not
     assert "does not match service account pod ref claim" in status["error"]
 
 
+async def test_a_node_bound_token_dies_with_its_node(
+    kube_sim: KubeSim, collector_pod: dict[str, Any]
+) -> None:
+    token = bound_token(kube_sim)
+    kube_sim.store.delete(kube_sim.resource("v1", "Node"), None, "gpu-node-1")
+    status = (await review(kube_sim, token, [AUDIENCE]))["status"]
+    assert status["error"] == "[invalid bearer token, service account token has been invalidated]"
+
+
 async def test_a_token_dies_with_its_service_account(
     kube_sim: KubeSim, collector_pod: dict[str, Any]
 ) -> None:
