@@ -137,16 +137,45 @@ async def test_refusals_are_logged_once_per_reason_and_no_token_is_ever_logged(
 # --- the Kubernetes API ------------------------------------------------------------------------------
 
 
-async def test_a_failing_review_refuses_and_the_next_login_after_recovery_succeeds(
-    world: NodeAuthWorld,
-) -> None:
+async def test_a_failing_review_refuses_and_a_login_after_the_backoff_succeeds(world: NodeAuthWorld) -> None:
+    token = world.token("collector-a")
     async with running_nats_auth(world.settings()) as auth:
         world.sim.faults.add("POST", r"/tokenreviews$", status=500, count=1)
         with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-            await world.login(token=world.token("collector-a"))
+            await world.login(token=token)
         assert auth.metric("gpuscale_nats_auth_refused_total", reason="review_failed") == 1
-        session = await world.login(token=world.token("collector-a"))
-        assert session.nc.is_connected
+
+        async def logged_in() -> bool:
+            try:
+                session = await world.login(token=token)  # the same token: the API's fault is not its
+            except nats.errors.Error:
+                return False
+            return session.nc.is_connected
+
+        await eventually(logged_in, what="a login once the API answers again")
+
+
+async def test_a_retried_bad_token_costs_one_review_and_a_failing_api_is_not_hammered(
+    world: NodeAuthWorld,
+) -> None:
+    unbound = world.token(None)
+    async with running_nats_auth(world.settings()) as auth:
+        before = world.sim.api.requests
+        for _ in range(5):
+            with pytest.raises(nats.errors.Error):
+                await world.login(token=unbound)
+        assert world.sim.api.requests - before == 1, "refusals of a token are remembered"
+        assert auth.metric("gpuscale_nats_auth_refused_total", reason="not_pod_bound") == 5
+
+        world.sim.faults.add("POST", r"/tokenreviews$", status=503, count=None)  # the API server is down
+        before = world.sim.api.requests
+        tokens = [world.token("collector-a") for _ in range(6)]
+        for token in tokens:  # six logins in a row, within the backoff's first pauses
+            with pytest.raises(nats.errors.Error):
+                await world.login(token=token)
+        asked = world.sim.api.requests - before
+        assert 1 <= asked < len(tokens), f"{asked} reviews for {len(tokens)} logins while it fails"
+        world.sim.faults.clear()
 
 
 async def test_without_the_rbac_to_review_tokens_every_login_is_refused(

@@ -5,7 +5,9 @@ connection that is not one of its ``auth_users`` to ``$SYS.REQ.USER.AUTH``
 as a signed ``authorization_request``. Per request, at most
 ``--max-concurrent`` at a time and each within the server's own deadline:
 verify it, review the client's token with the API server (and read its pod
-where the token names no node), decide (the pure core), and answer with an
+where the token names no node; refusals of a token are remembered a while and
+a failing API server is asked again only after a pause: core/restraint.py),
+decide (the pure core), and answer with an
 ``authorization_response`` signed by the issuer account: a user JWT that
 may publish only that node's samples, or the reason for the refusal.
 Replicas share the requests (a queue group).
@@ -41,6 +43,7 @@ from .core.natsjwt import (
     response_claims,
     user_claims,
 )
+from .core.restraint import ApiBackoff, RefusalMemory, token_key
 from .settings import NatsAuthSettings
 
 SERVICE: Final = "nats-auth"
@@ -121,6 +124,8 @@ class Authorizer:
         self.subscribed = False
         self.log = get_logger(service=SERVICE)
         self._slots = asyncio.Semaphore(s.max_concurrent)
+        self.refusals = RefusalMemory()
+        self.backoff = ApiBackoff()
         self._tasks: set[asyncio.Task[None]] = set()
         self._once = OncePerKey()
 
@@ -192,6 +197,21 @@ class Authorizer:
         missing = decide.check_token(token)
         if missing is not None:
             return missing
+        key = token_key(token)
+        remembered = self.refusals.recall(key, time.monotonic())
+        if remembered is not None:
+            return remembered
+        outcome = await self._review(request, token, now)
+        if isinstance(outcome, Refusal):
+            self.refusals.remember(key, outcome, time.monotonic())
+        return outcome
+
+    async def _review(self, request: AuthRequest, token: str, now: int) -> Grant | Refusal:
+        closed_for = self.backoff.closed_for(time.monotonic())
+        if closed_for > 0:
+            return Refusal(
+                decide.REVIEW_FAILED, f"the API server failed a review: asking it again in {closed_for:.1f} s"
+            )
         timeout_s = self._timeout(request, now)
         try:
             answer = await request_json(
@@ -202,7 +222,9 @@ class Authorizer:
                 timeout_s=timeout_s,
             )
         except KubeError as e:
+            self.backoff.failed(time.monotonic())
             return Refusal(decide.REVIEW_FAILED, f"TokenReview failed: {type(e).__name__}: {str(e)[:200]}")
+        self.backoff.succeeded()
         identity = decide.identify(Review.from_status(answer.get("status")), self.policy)
         if isinstance(identity, Refusal):
             return identity
@@ -223,6 +245,7 @@ class Authorizer:
         except NotFound:
             pod = None
         except KubeError as e:
+            self.backoff.failed(time.monotonic())
             return Refusal(
                 decide.REVIEW_FAILED, f"reading the pod failed: {type(e).__name__}: {str(e)[:200]}"
             )
