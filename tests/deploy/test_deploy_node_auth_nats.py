@@ -63,9 +63,11 @@ async def observe(world: NodeAuthWorld) -> tuple[Session, list[tuple[str, bytes]
     return observer, seen
 
 
-async def refused_at_connect(world: NodeAuthWorld, **login: str | None) -> str:
+async def refused_at_connect(
+    world: NodeAuthWorld, *, token: str | None = None, role: str | None = None
+) -> str:
     with pytest.raises(nats.errors.Error) as refused:
-        await world.login(**login)  # type: ignore[arg-type]  # token= or role=
+        await world.login(token=token, role=role)
     return str(refused.value)
 
 
