@@ -68,6 +68,8 @@ ApiVersion = Annotated[str, Meta(min_length=1, max_length=253)]
 OptionalNamespace = Annotated[str, Meta(max_length=63)]
 OptionalKind = Annotated[str, Meta(max_length=63)]
 OptionalName = Annotated[str, Meta(max_length=253)]
+# A process's name: a pod or host name, with a partition suffix where it has one.
+SenderName = Annotated[str, Meta(min_length=1, max_length=253)]
 
 
 class WireError(ValueError):
@@ -286,6 +288,9 @@ class WorkloadMetrics(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_V
     averages: MetricValues  # mean over fresh pods, as HPA averages Pods metrics
     pods_fresh: Count
     pods_stale: Count
+    # Which aggregator sent it (added in v1; absent from older ones): its readers
+    # measure each sender's clock offset by it.
+    source: SenderName | UnsetType = UNSET
 
     KIND: ClassVar[str] = "metrics"
 

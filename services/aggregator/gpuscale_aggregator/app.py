@@ -26,6 +26,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
+from gpuscale.clockwatch import ClockWatch
 from gpuscale.codec import Reader
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, declare_stream, drain, is_connected, jetstream
@@ -51,6 +52,7 @@ HELD_LIMIT: Final = 200_000
 # so a long cycle does not hold incoming batches back.
 PUBLISH_SLICE: Final = 100
 GC_GEN0_THRESHOLD: Final = 20_000
+CLOCK_CHECK_S: Final = 10.0  # how often nodes' clock offsets are looked at for the log
 # Processing-time histograms observe one batch in this many (cheap hot path).
 OBSERVE_EVERY: Final = 8
 _FAST_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -109,7 +111,8 @@ class AggregatorMetrics:
         )
         self.batch_age = Histogram(
             "gpuscale_aggregator_batch_age_seconds",
-            f"Batch ts to window updated: transit + queueing + processing (1 in {OBSERVE_EVERY} observed)",
+            f"Batch ts to window updated: transit + queueing + processing, and its node's clock offset "
+            f"(1 in {OBSERVE_EVERY} observed)",
             buckets=_AGE_BUCKETS,
             registry=registry,
         )
@@ -140,10 +143,20 @@ class AggregatorService:
                 window_s=self.settings.window_s,
                 bucket_s=self.settings.bucket_s,
                 stale_intervals=self.settings.stale_intervals,
+                source=self.settings.source,
             ),
             on_unknown=ctx.metrics.unknown_field,
         )
         self.m = AggregatorMetrics(ctx)
+        self.clock_watch = ClockWatch(
+            self.core.clocks,
+            ctx.metrics.registry,
+            name="gpuscale_aggregator_node_clock_offset_seconds",
+            documentation="Each node's usual batch arrival minus its ts (median of recent batches): "
+            "its clock's offset from this aggregator's, plus transit. Batches are placed by arrival.",
+            label="node",
+        )
+        self._next_clock_check = 0.0
         # The split stage (scale-out) reads node batches with a reader of its own.
         self.split_reader = Reader(SampleBatch, on_unknown=ctx.metrics.unknown_field)
         self.log = get_logger(service=SERVICE)
@@ -151,7 +164,7 @@ class AggregatorService:
         self.nc: NATS | None = None
         self.replay_done = False
         # Live messages held while the replay runs; None once live.
-        self._held: list[tuple[str, bytes]] | None = []
+        self._held: list[tuple[str, bytes, float]] | None = []
         self._node_by_token: dict[str, str] = {}
         self._subject_by_workload: dict[tuple[str, str, str], str] = {}
         self._tick = 0
@@ -167,7 +180,7 @@ class AggregatorService:
         held = self._held
         if held is not None:
             if len(held) < HELD_LIMIT:
-                held.append((msg.subject, msg.data))
+                held.append((msg.subject, msg.data, time.time()))  # placed by when it arrived
             else:  # bounded memory while JetStream is slow to replay
                 self.m.ignored.labels(reason="held_overflow").inc()
             return
@@ -216,7 +229,7 @@ class AggregatorService:
             if observe:
                 done = time.perf_counter()
                 self.m.process_seconds.observe(done - started)
-                self.m.batch_age.observe(max(0.0, time.time() - result.ts))
+                self.m.batch_age.observe(max(0.0, time.time() - batch.ts))
         elif status in (REJECTED, NODE_MISMATCH):
             self._reject(result.reason, result.detail, result.node or subject_node or "")
         elif overlap and status == DUPLICATE:
@@ -306,9 +319,8 @@ class AggregatorService:
                 await sleep_unless_stopped(self.ctx.stop, 1.0)
         # Feed what arrived live meanwhile, then switch to live handling.
         held, self._held = self._held or [], None
-        now = time.time()
-        for subject, data in held:
-            self.handle(subject, data, now, overlap=True)
+        for subject, data, arrival in held:
+            self.handle(subject, data, arrival, overlap=True)
         elapsed = time.monotonic() - started
         self.m.replay_seconds.set(elapsed)
         self.replay_done = True
@@ -349,10 +361,11 @@ class AggregatorService:
                     msgs = await sub.fetch(REPLAY_FETCH, timeout=1.0)
                 except TimeoutError:
                     break  # nothing more (the tail expired, or a filtered partition ended early)
-                now = time.time()
                 reached = False
                 for msg in msgs:
-                    self.handle(msg.subject, msg.data, now)
+                    # Placed by when the stream stored it (the NATS server's clock), so a
+                    # restart puts every sample back where the live path had put it.
+                    self.handle(msg.subject, msg.data, msg.metadata.timestamp.timestamp())
                     count += 1
                     if msg.metadata.sequence.stream >= last_seq:
                         reached = True
@@ -405,6 +418,9 @@ class AggregatorService:
         self.m.publish_wall_seconds.observe(done - started)
         self.m.workloads.set(self.core.store.workload_count)
         self.m.pods.set(self.core.store.pod_count)
+        if now >= self._next_clock_check:
+            self._next_clock_check = now + CLOCK_CHECK_S
+            self.clock_watch.check()
         sub = self._live_sub
         if sub is not None:
             self.m.backlog.set(sub.pending_msgs)
