@@ -21,7 +21,6 @@ sender as the median of ``arrival - ts`` over its recent messages, so that:
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
@@ -39,6 +38,13 @@ class Placement:
     offset_s: float  # the sender's usual arrival - ts
 
 
+def _median(values: deque[float]) -> float:
+    # statistics.median, without its generality: this runs once per message.
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 class _Sender:
     __slots__ = ("arrived", "history", "offset", "suspects")
 
@@ -50,7 +56,7 @@ class _Sender:
 
     def rebase(self, observed: list[float]) -> None:
         self.history = deque(observed, maxlen=HISTORY)
-        self.offset = statistics.median(self.history)
+        self.offset = _median(self.history)
         self.suspects = []
 
 
@@ -83,7 +89,7 @@ class SenderClocks:
         if abs(delay) <= self.step_s:
             s.suspects = []
             s.history.append(observed)
-            s.offset = statistics.median(s.history)
+            s.offset = _median(s.history)
         else:
             # Off by more than jitter: one late message, a buffer flushed after an
             # outage, a forged one, or a clock that moved. Only the last repeats:
