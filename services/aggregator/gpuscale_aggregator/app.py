@@ -28,11 +28,11 @@ from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.clockwatch import ClockWatch
 from gpuscale.codec import Reader
-from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, declare_stream, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.subjects import SubjectError, WorkloadKey
-from gpuscale.wire import SampleBatch, WireError
+from gpuscale.wire import SampleBatch, WireError, WorkloadMetrics
 
 from .core import scaleout
 from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, REJECTED, Aggregator
@@ -52,6 +52,7 @@ HELD_LIMIT: Final = 200_000
 # so a long cycle does not hold incoming batches back.
 PUBLISH_SLICE: Final = 100
 GC_GEN0_THRESHOLD: Final = 20_000
+DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024  # NATS' own default, until the server says
 CLOCK_CHECK_S: Final = 10.0  # how often nodes' clock offsets are looked at for the log
 # Processing-time histograms observe one batch in this many (cheap hot path).
 OBSERVE_EVERY: Final = 8
@@ -124,6 +125,16 @@ class AggregatorMetrics:
             "Batches read back from the stream at start-up",
             registry=registry,
         )
+        self.too_large_total = Counter(
+            "gpuscale_aggregator_metrics_too_large_total",
+            "Metrics messages not published: larger than the NATS server's max_payload",
+            registry=registry,
+        )
+        self.too_large = Gauge(
+            "gpuscale_aggregator_workloads_too_large",
+            "Workloads whose metrics message exceeded max_payload in the last publish cycle",
+            registry=registry,
+        )
         self.backlog = Gauge(
             "gpuscale_aggregator_live_backlog",
             "Batches received but not yet processed (nats-py pending queue)",
@@ -161,6 +172,8 @@ class AggregatorService:
         self.split_reader = Reader(SampleBatch, on_unknown=ctx.metrics.unknown_field)
         self.log = get_logger(service=SERVICE)
         self.once = OncePerKey()
+        # What senders can repeat at will is logged by our own reason codes, once a minute.
+        self.throttle = LogThrottle()
         self.nc: NATS | None = None
         self.replay_done = False
         # Live messages held while the replay runs; None once live.
@@ -236,14 +249,18 @@ class AggregatorService:
             self.m.ignored.labels(reason="replay_overlap").inc()
         else:
             self.m.ignored.labels(reason=status).inc()
-            if self.once.first("ignored", result.node, status):
-                self.log.info("batch_ignored", node=result.node, reason=status)
+            held = self.throttle.allow("ignored", status)
+            if held is not None:
+                self.log.info("batch_ignored", node=result.node, reason=status, suppressed=held)
 
     def _count_rejected_gpus(self, node: str, rejected: Sequence[tuple[int, WireError]]) -> None:
         for _, err in rejected:
             self.m.gpus_rejected.labels(reason=err.code).inc()
-            if self.once.first("gpu", node, err.code):
-                self.log.warning("gpu_sample_rejected", node=node, reason=err.code, detail=err.detail)
+            held = self.throttle.allow("gpu", err.code)
+            if held is not None:
+                self.log.warning(
+                    "gpu_sample_rejected", node=node, reason=err.code, detail=err.detail, suppressed=held
+                )
 
     def _metrics_subject(self, workload: tuple[str, str, str]) -> str:
         subject = self._subject_by_workload.get(workload)
@@ -267,8 +284,11 @@ class AggregatorService:
 
     def _reject(self, reason: str, detail: str, source: str) -> None:
         self.m.rejected.labels(kind=KIND, reason=reason).inc()
-        if self.once.first("batch", source, reason):
-            self.log.warning("batch_rejected", source=source, reason=reason, detail=detail[:300])
+        held = self.throttle.allow("batch", reason)
+        if held is not None:
+            self.log.warning(
+                "batch_rejected", source=source[:200], reason=reason, detail=detail[:300], suppressed=held
+            )
 
     # --- scale-out: the split stage ---------------------------------------------
 
@@ -398,11 +418,17 @@ class AggregatorService:
         started = slice_started = time.perf_counter()
         busy = 0.0
         now = time.time()
-        published = 0
+        published = too_large = 0
+        limit = nc.max_payload if nc is not None and nc.max_payload else DEFAULT_MAX_PAYLOAD
         for workloads, (workload, message) in enumerate(self.core.iter_messages(now), start=1):
             if message is not None and nc is not None:
+                data = codec.encode(message)
+                if len(data) > limit:
+                    too_large += 1
+                    self._too_large(workload, message, len(data), limit)
+                    continue
                 try:
-                    await nc.publish(self._metrics_subject(workload), codec.encode(message))
+                    await nc.publish(self._metrics_subject(workload), data)
                     published += 1
                 except Exception as e:  # noqa: BLE001 - NATS away: the next cycle publishes fresh values
                     if self.once.first("publish", type(e).__name__):
@@ -413,6 +439,7 @@ class AggregatorService:
                 slice_started = time.perf_counter()
         if published:
             self.m.metrics_out.inc(published)
+        self.m.too_large.set(too_large)
         done = time.perf_counter()
         self.m.publish_seconds.observe(busy + done - slice_started)
         self.m.publish_wall_seconds.observe(done - started)
@@ -425,6 +452,24 @@ class AggregatorService:
         if sub is not None:
             self.m.backlog.set(sub.pending_msgs)
         return published
+
+    def _too_large(
+        self, workload: tuple[str, str, str], message: WorkloadMetrics, size: int, limit: int
+    ) -> None:
+        """A message NATS would refuse: its workload gets no metrics (the decider
+        says so in its status); counted, and the workload named in the log."""
+        self.m.too_large_total.inc()
+        held = self.throttle.allow("too_large")
+        if held is not None:
+            self.log.error(
+                "metrics_too_large",
+                workload="/".join(workload),
+                pods=len(message.pods),
+                bytes=size,
+                max_payload=limit,
+                suppressed=held,
+                detail="raise max_payload in nats.conf (NATS allows up to 64 MB; 8 MB is its advice)",
+            )
 
     # --- life cycle ------------------------------------------------------------------
 

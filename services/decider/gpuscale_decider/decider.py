@@ -21,7 +21,7 @@ from gpuscale.clocks import SenderClocks
 from gpuscale.clockwatch import ClockWatch
 from gpuscale.codec import Reader
 from gpuscale.kube import KubeError
-from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import SubjectError, WorkloadKey, parse_workload
 from gpuscale.wire import Action, Decision, WireError, WorkloadMetrics
@@ -73,6 +73,7 @@ class Decider:
         self.config = config
         self.registry = Registry(self.m, self.status, lambda: self.clock())
         self._once = OncePerKey()
+        self._throttle = LogThrottle()  # rejected messages: by kind and reason, once a minute
         self._subject_keys: dict[str, WorkloadKey] = {}
         self._sending: set[asyncio.Task[None]] = set()
         self._messages_in = metrics.messages_in.labels(kind="metrics")
@@ -165,9 +166,15 @@ class Decider:
     def _reject(self, kind: str, subject: str, e: WireError | SubjectError) -> None:
         reason = e.code if isinstance(e, WireError) else "bad_subject"
         self.metrics.messages_rejected.labels(kind=kind, reason=reason).inc()
-        if self._once.first(kind, reason):
+        held = self._throttle.allow(kind, reason)
+        if held is not None:
             self.log.warning(
-                "message_rejected", kind=kind, subject=subject[:200], reason=reason, detail=str(e)[:300]
+                "message_rejected",
+                kind=kind,
+                subject=subject[:200],
+                reason=reason,
+                detail=str(e)[:300],
+                suppressed=held,
             )
 
     # --- one evaluation ----------------------------------------------------------------
