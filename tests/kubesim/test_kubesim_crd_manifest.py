@@ -33,7 +33,20 @@ def test_crd_shape() -> None:
     assert version["name"] == "v1alpha1"
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Reference", "Targets", "MinPods", "MaxPods", "Replicas", "Age"]
+    assert columns == [
+        "Reference",
+        "Targets",
+        "MinPods",
+        "MaxPods",
+        "Replicas",
+        "Ready",
+        "Active",
+        "Paused",
+        "Fallback",
+        "Age",
+        "Kind",
+        "Reason",
+    ]
     props = version["schema"]["openAPIV3Schema"]["properties"]
     assert set(props["spec"]["properties"]) == {
         "scaleTargetRef",
@@ -126,6 +139,12 @@ def test_served_kind_has_the_printer_columns() -> None:
         "MinPods",
         "MaxPods",
         "Replicas",
+        "Ready",
+        "Active",
+        "Paused",
+        "Fallback",
         "Age",
+        "Kind",
+        "Reason",
     ]
     assert served.subresources == frozenset({"status"})
