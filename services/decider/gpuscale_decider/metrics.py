@@ -92,6 +92,12 @@ class DeciderMetrics:
         self.status_writes = Counter(
             "gpuscale_decider_status_writes_total", "GPUScaler status writes requested", registry=r
         )
+        self.events = Counter(
+            "gpuscale_decider_events_total",
+            "Events on GPUScalers, by result (recorded, duplicate, rate_limited, dropped, failed)",
+            ["result"],
+            registry=r,
+        )
         self.actions = Counter(
             "gpuscale_decider_actions_total",
             "Action reports received on this decider's pending decisions, by outcome",
