@@ -66,7 +66,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah podman-compose debootstrap runc \
     netavark aardvark-dns iptables >/dev/null
 fi
-figure "tools: podman $(podman --version | awk '{ print $3 }'), buildah $(buildah --version | awk '{ print $3 }'), $(podman-compose version 2>/dev/null | grep -o 'podman-compo[a-z]* version [0-9.]*' | head -1), in $(since "$started") s"
+figure "tools: podman $(podman --version | awk '{ print $3 }'), buildah $(buildah --version | awk '{ print $3 }'), podman-compose $(podman-compose version 2>/dev/null | awk '/podman-compose/ { print $NF; exit }'), in $(since "$started") s"
 figure "ulimits: nofile $NOFILE (this shell's hard limit, at most 65536), nproc $NPROC"
 
 export CONTAINERS_CONF="$OUT/containers.conf"
@@ -121,7 +121,7 @@ fi
 # --- 4. the five images: make images ---------------------------------------------------
 say "make images (podman)"
 started=$(now)
-ENGINE=podman BUILD_FLAGS="--network host" make images 2>"$OUT/build.log" | tee "$OUT/images.txt"
+ENGINE=podman BUILD_FLAGS="--network host" make -s images 2>"$OUT/build.log" | tee "$OUT/images.txt"
 figure "make images: $(since "$started") s for five images"
 sed 's/^/  /' "$OUT/images.txt" >>"$FIGURES"
 
@@ -192,7 +192,7 @@ started=$(now)
 compose up -d >"$OUT/compose-up.log" 2>&1
 wait_for 180 "every service ready" all_ready
 figure "podman-compose up -d -> all 9 containers up and every service ready: $(since "$started") s"
-figure "  containers: $(podman ps --filter label=io.podman.compose.project=gpuscale --format '{{.Names}}' | wc -l)"
+figure "  containers running: $(podman ps -q | wc -l)"
 
 # A steady 30 % first, until the decider sees the workload's metrics.
 api_put() { curl -sf --max-time 5 -X PUT -H 'Content-Type: application/json' -d "$2" "http://127.0.0.1:6443$1" >/dev/null; }

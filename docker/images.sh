@@ -10,7 +10,8 @@
 # the version in pyproject.toml, which deploy/base/kustomization.yaml names),
 # ENGINE (docker | podman | buildah; default: the first that works),
 # SERVICES (default: all five), BUILD_FLAGS (extra flags for the build).
-# Prints one line per image with its build time and size.
+# Prints one line per image with its build time and size on stdout; the
+# engine's own output goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,11 +50,11 @@ build() {
     # BuildKit finds <Dockerfile>.dockerignore itself, podman and buildah are told.
     case "$engine" in
       docker) DOCKER_BUILDKIT=1 docker build $BUILD_FLAGS -f "$dockerfile" -t "$image" \
-                --label "org.opencontainers.image.version=$TAG" . ;;
+                --label "org.opencontainers.image.version=$TAG" . >&2 ;;
       podman) podman build $BUILD_FLAGS --ignorefile "$dockerfile.dockerignore" -f "$dockerfile" \
-                -t "$image" --label "org.opencontainers.image.version=$TAG" . ;;
+                -t "$image" --label "org.opencontainers.image.version=$TAG" . >&2 ;;
       buildah) buildah bud $BUILD_FLAGS --ignorefile "$dockerfile.dockerignore" -f "$dockerfile" \
-                -t "$image" --label "org.opencontainers.image.version=$TAG" . ;;
+                -t "$image" --label "org.opencontainers.image.version=$TAG" . >&2 ;;
     esac
     seconds=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     case "$engine" in
@@ -67,7 +68,8 @@ build() {
 push() {
   local engine=$1 service
   for service in $SERVICES; do
-    "$engine" push "$(image_of "$service")"
+    "$engine" push "$(image_of "$service")" >&2
+    echo "pushed $(image_of "$service")"
   done
 }
 
@@ -76,8 +78,8 @@ save() {
   mkdir -p "$dir"
   for service in $SERVICES; do
     case "$engine" in
-      buildah) buildah push "$(image_of "$service")" "docker-archive:$dir/gpuscale-$service-$TAG.tar:$(image_of "$service")" ;;
-      *) "$engine" save -o "$dir/gpuscale-$service-$TAG.tar" "$(image_of "$service")" ;;
+      buildah) buildah push "$(image_of "$service")" "docker-archive:$dir/gpuscale-$service-$TAG.tar:$(image_of "$service")" >&2 ;;
+      *) "$engine" save -o "$dir/gpuscale-$service-$TAG.tar" "$(image_of "$service")" >&2 ;;
     esac
     echo "saved $dir/gpuscale-$service-$TAG.tar"
   done
