@@ -72,7 +72,13 @@ def default(rd: ResourceDef, obj: Obj) -> None:
 
 
 _CEL_BLOCKING = frozenset(
-    {"FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong", "FieldValueTooMany", "FieldValueTypeInvalid"}
+    {
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    }
 )
 _CEL_NOT_CHECKED = fe.FieldError(
     "FieldValueInvalid",

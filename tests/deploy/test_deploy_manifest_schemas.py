@@ -16,6 +16,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from ..k8s_objects import FIXTURE_CRDS
 from .deploy_support import (
     CRD_FILE,
     DEPLOY,
@@ -31,7 +32,10 @@ from .deploy_support import (
 )
 
 # Kinds that only exist once someone installs their CRD; checked by hand below.
-CUSTOM_KINDS = {"monitoring.coreos.com/v1": {"ServiceMonitor"}, "gpuscale.io/v1alpha1": {"GPUScaler"}}
+CUSTOM_KINDS = {
+    "monitoring.coreos.com/v1": {"ServiceMonitor", "PrometheusRule"},
+    "gpuscale.io/v1alpha1": {"GPUScaler"},
+}
 
 
 def _is_custom(obj: Obj) -> bool:
@@ -71,6 +75,7 @@ def test_the_install_renders_the_expected_objects() -> None:
         ("ServiceMonitor", "gpuscale-aggregator"),
         ("ServiceMonitor", "gpuscale-decider"),
         ("ServiceMonitor", "gpuscale-actuator"),
+        ("PrometheusRule", "gpuscale"),
     }
     assert expected <= kinds, f"missing: {sorted(expected - kinds)}"
     # Examples and the real Secret are deliberately not part of the install.
@@ -182,6 +187,14 @@ def test_the_crd_schema_check_catches_a_broken_gpuscaler(change: Any, why: str) 
     broken = copy.deepcopy(_example_gpuscalers()[0])
     change(broken["spec"])
     assert list(_gpuscaler_validator().iter_errors(broken)), why
+
+
+def test_the_prometheus_rule_matches_the_operators_schema() -> None:
+    crd = load_yaml_documents(FIXTURE_CRDS / "prometheusrules.yaml")[0]
+    schema = _strict_json_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    rule = find(render(DEPLOY), "PrometheusRule", "gpuscale")
+    errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft4Validator(schema).iter_errors(rule)]
+    assert errors == []
 
 
 # --- ServiceMonitors against the Services they select -------------------------

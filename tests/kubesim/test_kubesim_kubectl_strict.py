@@ -47,8 +47,9 @@ async def test_apply_k_deploy_then_the_pipeline_runs_on_what_it_applied(
     kube_sim: KubeSim, kubectl: Kubectl, nats_server: EmbeddedNats, nats_client: NATS
 ) -> None:
     await fresh_cluster(kubectl)
-    # A cluster with the Prometheus Operator: its ServiceMonitor CRD is there.
+    # A cluster with the Prometheus Operator: its ServiceMonitor and PrometheusRule CRDs are there.
     await kubectl("apply", "-f", str(FIXTURE_CRDS / "servicemonitors.yaml"))
+    await kubectl("apply", "-f", str(FIXTURE_CRDS / "prometheusrules.yaml"))
 
     out = await kubectl("apply", "-k", str(REPO / "deploy"))  # kubectl's default validation: strict
     for line in (
@@ -62,6 +63,7 @@ async def test_apply_k_deploy_then_the_pipeline_runs_on_what_it_applied(
         "configmap/nats-config created",
         "service/nats created",
         "servicemonitor.monitoring.coreos.com/gpuscale-collector created",
+        "prometheusrule.monitoring.coreos.com/gpuscale created",
     ):
         assert line in out, out
     assert "Warning" not in out, out

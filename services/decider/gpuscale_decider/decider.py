@@ -81,9 +81,11 @@ class Decider:
         return self.registry.workloads
 
     def on_leadership_change(self) -> None:
-        """A new leader reloads state: the previous one may have moved on."""
+        """A new leader reloads state: the previous one may have moved on. The
+        condition series go: only the leader's are current."""
         for w in self.workloads.values():
             w.memory, w.dirty = None, False
+        self.m.forget_conditions()
 
     # --- messages in -----------------------------------------------------------------
 
@@ -187,12 +189,17 @@ class Decider:
             w.last_evaluation = e
             self.m.evaluations.inc()
             targets = {m.name: m.target for m in w.scaler.spec.metrics}
-            self.m.observe(w.key, targets, e.usage if e.fresh else None, e.current, e.desired)
+            spec = w.scaler.spec
+            bounds = (spec.min_replicas, spec.max_replicas)
+            self.m.observe(w.key, targets, e.usage if e.fresh else None, e.current, e.desired, bounds)
         if step.decision is not None:
             self._send_later(w, step.decision, now)
         if step.status is not None:
             self.m.status_writes.inc()
             self.status.submit(w.scaler.namespace, w.scaler.name, step.status)
+        written = step.memory.written.status
+        if written is not None:  # also when unchanged: a new leader reports what the object says
+            self.m.conditions(w.scaler.namespace, w.scaler.name, written)
         if step.events:
             self.events.record(w.scaler.namespace, w.scaler.name, w.scaler.uid, step.events)
         return step

@@ -195,6 +195,7 @@ class Registry:
 
     def remove_policy(self, namespace: str, name: str) -> None:
         key_name = (namespace, name)
+        self.m.forget_conditions(namespace, name)
         self.invalid.pop(key_name, None)
         self.reported.pop(key_name, None)
         self.duplicates.pop(key_name, None)
@@ -229,6 +230,7 @@ class Registry:
     def resubmit(self) -> None:
         """A new leader writes what it knows (the old one may have died mid-write)."""
         for (namespace, name), status in self.reported.items():
+            self.m.conditions(namespace, name, status)
             self.status.submit(namespace, name, status)
 
     def errors(self) -> list[tuple[str, PolicyError]]:
@@ -241,6 +243,7 @@ class Registry:
             before = self.reported.get(name) or previous
             self.reported[name] = status
             self.m.status_writes.inc()
+            self.m.conditions(name[0], name[1], status)
             self.status.submit(name[0], name[1], status)
             events = condition_events(before, status)
             if events:
