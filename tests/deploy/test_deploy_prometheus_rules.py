@@ -35,7 +35,7 @@ def _labelnames(registry: CollectorRegistry) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     # prometheus_client keeps each metric's label names on the collector; a labelled
     # metric without children has no samples to read them from.
-    for name, collector in registry._names_to_collectors.items():  # noqa: SLF001 - see above
+    for name, collector in registry._names_to_collectors.items():
         out[name] = set(getattr(collector, "_labelnames", ()))
     return out
 
