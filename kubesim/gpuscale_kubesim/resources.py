@@ -608,6 +608,22 @@ BUILTINS: tuple[ResourceDef, ...] = (
             AGE_COLUMN,
         ),
     ),
+    ResourceDef(
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "priorityclass",
+        "PriorityClass",
+        namespaced=False,
+        short_names=("pc",),
+        columns=(
+            NAME_COLUMN,
+            Column("Value", "integer", _int(".value"), "The priority"),
+            Column("Global-Default", "boolean", _path_cell(".globalDefault", "boolean"), "The default for pods"),
+            Column("Preemption-Policy", "string", _path_cell(".preemptionPolicy", "string"), "Preemption"),
+            AGE_COLUMN,
+        ),
+    ),
     ResourceDef("rbac.authorization.k8s.io", "v1", "roles", "role", "Role"),
     ResourceDef("rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding"),
     ResourceDef(

@@ -30,7 +30,12 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 EXAMPLES = DEPLOY / "examples"
 NATS_AUTH_CONF = DEPLOY / "base" / "nats" / "auth.conf"
 NATS_MAIN_CONF = DEPLOY / "base" / "nats" / "nats.conf"
-CRD_FILE = DEPLOY / "base" / "crd-gpuscaler.yaml"
+CRD_FILE = DEPLOY / "cluster" / "crd-gpuscaler.yaml"
+
+# The kustomize overlays for other platforms and settings (deploy/overlays/*).
+OVERLAYS = tuple(
+    sorted(f"overlays/{p.parent.name}" for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
+)
 
 K8S_VERSION = "1.30"
 IMAGE_PREFIX = "ghcr.io/gpuscale/gpuscale-"

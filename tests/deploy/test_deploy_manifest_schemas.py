@@ -20,6 +20,7 @@ from ..k8s_objects import FIXTURE_CRDS
 from .deploy_support import (
     CRD_FILE,
     DEPLOY,
+    OVERLAYS,
     EXAMPLES,
     K8S_VERSION,
     KUBECTL_MISSING,
@@ -50,7 +51,7 @@ def _all_rendered() -> list[tuple[str, Obj]]:
     out: list[tuple[str, Obj]] = []
     if kubectl_path() is None:
         return out
-    for directory in ("", "base", "monitoring", "grafana"):
+    for directory in ("", "cluster", "base", "monitoring", "grafana", *OVERLAYS):
         out.extend((f"deploy/{directory}", o) for o in render(DEPLOY / directory))
     for path in sorted(EXAMPLES.glob("*.yaml")):
         out.extend((f"deploy/examples/{path.name}", o) for o in load_yaml_documents(path))
@@ -61,8 +62,6 @@ def test_the_install_renders_the_expected_objects() -> None:
     objects = render(DEPLOY)
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
     expected = {
-        ("Namespace", "gpuscale"),
-        ("CustomResourceDefinition", "gpuscalers.gpuscale.io"),
         ("DaemonSet", "gpuscale-collector"),
         ("Deployment", "gpuscale-aggregator"),
         ("Deployment", "gpuscale-decider"),
@@ -80,11 +79,35 @@ def test_the_install_renders_the_expected_objects() -> None:
     assert expected <= kinds, f"missing: {sorted(expected - kinds)}"
     # Examples and the real Secret are deliberately not part of the install.
     assert not of_kind(objects, "GPUScaler", "Secret")
+    cluster = {(o["kind"], o["metadata"]["name"]) for o in render(DEPLOY / "cluster")}
+    assert cluster == {("Namespace", "gpuscale"), ("CustomResourceDefinition", "gpuscalers.gpuscale.io")}
 
 
-def test_every_namespaced_object_lands_in_the_gpuscale_namespace() -> None:
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
-    for obj in render(DEPLOY):
+@pytest.mark.parametrize("directory", ["", "base", *OVERLAYS])
+def test_uninstalling_keeps_the_state(directory: str) -> None:
+    """`kubectl delete -k` deletes what the kustomization renders: never the namespace
+    (the Secret and the NATS volumes live there), the CRD (it takes every GPUScaler
+    with it), a Secret or a volume claim."""
+    objects = render(DEPLOY / directory)
+    kept = of_kind(objects, "Namespace", "CustomResourceDefinition", "Secret", "PersistentVolumeClaim")
+    assert kept == [], [f"{o['kind']}/{o['metadata']['name']}" for o in kept]
+    nats = find(objects, "StatefulSet", "nats")
+    assert nats["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
+
+
+@pytest.mark.parametrize("directory", ["", *OVERLAYS])
+def test_every_namespaced_object_lands_in_the_gpuscale_namespace(directory: str) -> None:
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+    }
+    for obj in render(DEPLOY / directory):
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], _label(obj)
         else:
@@ -150,7 +173,7 @@ def _example_gpuscalers() -> list[Obj]:
 
 
 def test_the_crd_is_the_one_kustomize_installs() -> None:
-    crd = find(render(DEPLOY), "CustomResourceDefinition", "gpuscalers.gpuscale.io")
+    crd = find(render(DEPLOY / "cluster"), "CustomResourceDefinition", "gpuscalers.gpuscale.io")
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
     assert version["subresources"].get("status") == {}
     columns = {c["name"].upper() for c in version["additionalPrinterColumns"]}

@@ -10,7 +10,7 @@ import yaml
 from gpuscale_kubesim.resources import from_crd
 
 REPO = Path(__file__).resolve().parents[2]
-DEPLOY_CRD = REPO / "deploy" / "base" / "crd-gpuscaler.yaml"
+DEPLOY_CRD = REPO / "deploy" / "cluster" / "crd-gpuscaler.yaml"
 
 
 def packaged_crd_text() -> str:
@@ -19,7 +19,7 @@ def packaged_crd_text() -> str:
 
 def test_packaged_crd_is_identical_to_the_deploy_manifest() -> None:
     assert packaged_crd_text() == DEPLOY_CRD.read_text(), (
-        "copy deploy/base/crd-gpuscaler.yaml to kubesim/gpuscale_kubesim/crds/gpuscaler.yaml"
+        "copy deploy/cluster/crd-gpuscaler.yaml to kubesim/gpuscale_kubesim/crds/gpuscaler.yaml"
     )
 
 

@@ -100,9 +100,9 @@ def summary(able_to_scale: Condition, paused: bool, fallback: bool) -> tuple[Con
     its reason when gpuscale cannot scale the target), ``Paused`` follows
     ``spec.paused``, ``Fallback`` says the fallback rule is in force."""
     ready = (
-        Condition(ConditionType.READY, True, Reason.GPUSCALER_READY, "gpuscale can scale the target")
-        if able_to_scale.status
-        else Condition(ConditionType.READY, False, able_to_scale.reason, able_to_scale.message)
+        Condition(ConditionType.READY, False, able_to_scale.reason, able_to_scale.message)
+        if able_to_scale.reason in NOT_READY
+        else Condition(ConditionType.READY, True, Reason.GPUSCALER_READY, "gpuscale can scale the target")
     )
     pause = (
         Condition(
@@ -129,10 +129,21 @@ def summary(able_to_scale: Condition, paused: bool, fallback: bool) -> tuple[Con
     return ready, pause, fall
 
 
+# AbleToScale False for these means gpuscale cannot act (Ready False); a cooldown
+# (Backoff*) is a rule the user set, not a fault.
+NOT_READY = frozenset(
+    {Reason.CONFLICTING_CONTROLLER, Reason.FAILED_GET_SCALE, Reason.INVALID_POLICY, Reason.FAILED_RESCALE}
+)
+# Deliberate states: ScalingActive False while paused or at 0 replicas, AbleToScale
+# False during a cooldown.
+_DELIBERATE = frozenset(
+    {Reason.SCALING_DISABLED.value, Reason.BACKOFF_UPSCALE.value, Reason.BACKOFF_DOWNSCALE.value}
+)
+
+
 def is_trouble(type_: str, status: str, reason: str) -> bool:
-    """Whether a condition in this state asks for attention (a Warning event).
-    ScalingActive False because the user paused it or scaled the target to 0 does not."""
-    return (type_, status) in _TROUBLE and reason != Reason.SCALING_DISABLED.value
+    """Whether a condition in this state asks for attention (a Warning event)."""
+    return (type_, status) in _TROUBLE and reason not in _DELIBERATE
 
 
 _TROUBLE = frozenset(
