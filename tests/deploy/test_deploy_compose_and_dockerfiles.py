@@ -71,7 +71,9 @@ def interpolate(text: str, env: dict[str, str]) -> str:
 
 def _compose(env: dict[str, str] | None = None) -> dict[str, Any]:
     """docker-compose.yml as `docker compose config` reads it with ``env`` (default: .compose.env's)."""
-    loaded: dict[str, Any] = yaml.safe_load(interpolate(COMPOSE_FILE.read_text(), COMPOSE_ENV if env is None else env))
+    loaded: dict[str, Any] = yaml.safe_load(
+        interpolate(COMPOSE_FILE.read_text(), COMPOSE_ENV if env is None else env)
+    )
     return loaded
 
 

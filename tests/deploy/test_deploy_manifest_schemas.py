@@ -20,10 +20,10 @@ from ..k8s_objects import FIXTURE_CRDS
 from .deploy_support import (
     CRD_FILE,
     DEPLOY,
-    OVERLAYS,
     EXAMPLES,
     K8S_VERSION,
     KUBECTL_MISSING,
+    OVERLAYS,
     Obj,
     find,
     kubectl_path,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,10 +127,10 @@ def test_a_node_labelled_by_hand_matches_the_device_plugin_collector() -> None:
 
 
 @pytest.fixture
-def kubectl(kube_sim: KubeSim, tmp_path: Path) -> Iterator[Kubectl]:
+def kubectl(kube_sim: KubeSim, tmp_path: Path) -> Kubectl:
     if KUBECTL is None:
         pytest.skip("kubectl is not installed on this machine")
-    yield Kubectl(kube_sim, tmp_path / "kubectl-cache")
+    return Kubectl(kube_sim, tmp_path / "kubectl-cache")
 
 
 CREDENTIALS = {

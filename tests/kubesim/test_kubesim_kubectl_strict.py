@@ -51,7 +51,9 @@ async def test_apply_k_deploy_then_the_pipeline_runs_on_what_it_applied(
     await kubectl("apply", "-f", str(FIXTURE_CRDS / "servicemonitors.yaml"))
     await kubectl("apply", "-f", str(FIXTURE_CRDS / "prometheusrules.yaml"))
 
-    out = await kubectl("apply", "-k", str(REPO / "deploy" / "cluster"))  # kubectl's default validation: strict
+    out = await kubectl(
+        "apply", "-k", str(REPO / "deploy" / "cluster")
+    )  # kubectl's default validation: strict
     assert "namespace/gpuscale created" in out
     assert "customresourcedefinition.apiextensions.k8s.io/gpuscalers.gpuscale.io created" in out
     out = await kubectl("apply", "-k", str(REPO / "deploy"))
