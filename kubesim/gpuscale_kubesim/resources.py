@@ -619,7 +619,9 @@ BUILTINS: tuple[ResourceDef, ...] = (
         columns=(
             NAME_COLUMN,
             Column("Value", "integer", _int(".value"), "The priority"),
-            Column("Global-Default", "boolean", _path_cell(".globalDefault", "boolean"), "The default for pods"),
+            Column(
+                "Global-Default", "boolean", _path_cell(".globalDefault", "boolean"), "The default for pods"
+            ),
             Column("Preemption-Policy", "string", _path_cell(".preemptionPolicy", "string"), "Preemption"),
             AGE_COLUMN,
         ),

@@ -777,7 +777,8 @@ def validate_priority_class(obj: Obj) -> Errors:
     elif isinstance(value, int) and value > HIGHEST_USER_DEFINABLE_PRIORITY:
         errs.append(
             fe.forbidden(
-                "value", f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"
+                "value",
+                f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}",
             )
         )
     policy = obj.get("preemptionPolicy")

@@ -196,3 +196,21 @@ def test_each_object_gets_a_burst_of_25_then_one_every_5_minutes() -> None:
     assert limiter.admit(("ml", "llama"), event(), NOW) == "recorded"
     assert limiter.admit(key, event(message="later"), NOW + 299) == "rate_limited"
     assert limiter.admit(key, event(message="later still"), NOW + 301) == "recorded"
+
+
+def test_a_cooldown_is_a_rule_not_trouble_ready_stays_true_and_no_warning() -> None:
+    first = step(policy(), 2, running(2, 70))
+    views, observation = world(running(2, 140), received_at=NOW + 1)
+    cooling = reconcile(
+        Memory(replace(first.memory.state, last_scale_up=NOW - 20), first.memory.written),
+        policy(behavior={"scaleUp": {"cooldownSeconds": 60}, "scaleDown": {"stabilizationWindowSeconds": 0}}),
+        Target(2, SELECTOR),
+        views,
+        observation,
+        NOW + 2,
+    )
+    assert cooling.status is not None
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in cooling.status["conditions"]}
+    assert conditions["AbleToScale"] == ("False", "BackoffUpscale")
+    assert conditions["Ready"] == ("True", "GPUScalerReady")
+    assert [e.type for e in cooling.events] == ["Normal"]
