@@ -76,6 +76,14 @@ async def _sleep_or_stop(stop: asyncio.Event, delay: float) -> None:
     await sleep_unless_stopped(stop, delay)
 
 
+async def _woken(wake: asyncio.Event, stop_task: asyncio.Task[Any]) -> None:
+    """Until ``wake`` is set (then clear it) or the stop task ends."""
+    waiting = asyncio.create_task(wake.wait())
+    await asyncio.wait({waiting, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    wake.clear()
+
+
 class GPUScalerWatcher:
     """List, then watch from the list's resourceVersion; relist after any error."""
 
@@ -194,10 +202,7 @@ class StatusWriter:
         stop_task = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
-                wake = asyncio.create_task(self._wake.wait())
-                await asyncio.wait({wake, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-                wake.cancel()
-                self._wake.clear()
+                await _woken(self._wake, stop_task)
                 while self._pending and not stop.is_set():
                     (namespace, name), status = next(iter(self._pending.items()))
                     del self._pending[(namespace, name)]
@@ -329,10 +334,7 @@ class EventWriter:
         stop_task = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
-                wake = asyncio.create_task(self._wake.wait())
-                await asyncio.wait({wake, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-                wake.cancel()
-                self._wake.clear()
+                await _woken(self._wake, stop_task)
                 while self._queue and not stop.is_set():
                     await self._write(self._queue.popleft())
         finally:
