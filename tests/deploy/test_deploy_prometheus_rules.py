@@ -15,6 +15,7 @@ from typing import Any
 
 import promql_parser
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from gpuscale.metrics import ServiceMetrics
@@ -162,3 +163,46 @@ def test_the_check_catches_a_metric_nobody_exports() -> None:
     assert "gpuscale_decider_decisions_totl" not in exported_metrics()
     with pytest.raises(ValueError, match="unclosed"):
         promql_parser.parse("sum(rate(gpuscale_decider_decisions_total[5m])")
+
+
+# --- kube-state-metrics' view of the GPUScalers -------------------------------------------
+
+
+def _schema_at(schema: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
+    for part in path:
+        if schema.get("type") == "array":
+            schema = schema["items"]
+        props = schema.get("properties") or {}
+        if part not in props:
+            return None
+        schema = props[part]
+    return schema
+
+
+def test_the_kube_state_metrics_config_reads_paths_the_crd_has() -> None:
+    config = yaml.safe_load((DEPLOY / "monitoring" / "kube-state-metrics" / "gpuscaler-crs.yaml").read_text())
+    assert config["kind"] == "CustomResourceStateMetrics"
+    (resource,) = config["spec"]["resources"]
+    assert resource["groupVersionKind"] == {
+        "group": "gpuscale.io",
+        "version": "v1alpha1",
+        "kind": "GPUScaler",
+    }
+    crd = yaml.safe_load((DEPLOY / "cluster" / "crd-gpuscaler.yaml").read_text())
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    names = {m["name"] for m in resource["metrics"]}
+    assert {"status_condition", "current_replicas", "max_replicas"} <= names
+    for metric in resource["metrics"]:
+        gauge = metric["each"]["gauge"]
+        target = _schema_at(root, gauge["path"])
+        assert target is not None, f"{metric['name']}: {gauge['path']} is not in the CRD"
+        item = target["items"] if target.get("type") == "array" else target
+        for path in [*gauge.get("labelsFromPath", {}).values(), gauge.get("valueFrom")]:
+            if path:
+                assert _schema_at(item, path) is not None, f"{metric['name']}: {path}"
+        if target.get("type") != "array":
+            assert target["type"] == "integer", metric["name"]
+    # Conditions' status is "True"/"False", which kube-state-metrics turns into 1/0.
+    conditions = _schema_at(root, ["status", "conditions"])
+    assert conditions is not None
+    assert conditions["items"]["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
