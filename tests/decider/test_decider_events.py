@@ -8,14 +8,23 @@ Events, one more every 5 minutes.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import pytest
+from structlog.testing import capture_logs
+
+from gpuscale.kube import new_api_client
 from gpuscale_decider.core.events import EventSpec, condition_events, decision_event
 from gpuscale_decider.core.reconcile import Memory, Target, reconcile
 from gpuscale_decider.core.state import ScalerState
-from gpuscale_decider.kubeio import EventLimiter
+from gpuscale_decider.kubeio import EventLimiter, EventWriter
+from gpuscale_kubesim import KubeSim
 
+from ..k8s_objects import gpuscaler
+from ..waiting import eventually
 from .scenario import NOW, SELECTOR, policy, running, seen, step, world
 
 
@@ -214,3 +223,63 @@ def test_a_cooldown_is_a_rule_not_trouble_ready_stays_true_and_no_warning() -> N
     assert conditions["AbleToScale"] == ("False", "BackoffUpscale")
     assert conditions["Ready"] == ("True", "GPUScalerReady")
     assert [e.type for e in cooling.events] == ["Normal"]
+
+
+# --- the writer against an API server ---------------------------------------------------
+
+
+@pytest.mark.integration
+async def test_the_writer_records_events_on_the_gpuscaler_and_says_once_when_forbidden(
+    tmp_path: Path,
+) -> None:
+    with capture_logs() as logs:
+        await _write_allowed_then_refused(tmp_path)
+    forbidden = [e for e in logs if e.get("event") == "event_write_forbidden"]
+    assert len(forbidden) == 1, "said once, not per Event"
+    assert "events" in forbidden[0]["missing_permission"]
+
+
+async def _write_allowed_then_refused(tmp_path: Path) -> None:
+    rules = [{"apiGroups": ["gpuscale.io"], "resources": ["gpuscalers"], "verbs": ["get", "list"]}]
+    sim = KubeSim(port=0, scenario="empty", tokens={"admin-token": None, "no-events": rules})
+    await sim.start()
+    api = await new_api_client(Path(sim.kubeconfig_path))
+    refused_api = await new_api_client(sim.write_kubeconfig(tmp_path / "refused", token="no-events"))  # noqa: S106 - a kube-sim test token
+    try:
+        scaler = await sim.create(gpuscaler("bert"))
+        uid = scaler["metadata"]["uid"]
+        results: list[str] = []
+        writer = EventWriter(api, count=results.append, identity="decider-0")
+        stop = asyncio.Event()
+        task = asyncio.create_task(writer.run(stop))
+        writer.record("default", "bert", uid, [decision_event(1, 2, "gpu_util 90/70", "d-1")] * 2)
+        await eventually(lambda: len(results) == 2, what="both handled")
+        assert results == ["recorded", "duplicate"]
+        (event,) = sim.list_objects("events.k8s.io/v1", "Event", "default")
+        assert event["regarding"] == {
+            "apiVersion": "gpuscale.io/v1alpha1",
+            "kind": "GPUScaler",
+            "name": "bert",
+            "namespace": "default",
+            "uid": uid,
+        }
+        assert (event["reason"], event["reportingController"], event["action"]) == (
+            "ScaleUpDecided",
+            "gpuscale.io/decider",
+            "Decide",
+        )
+        assert event["reportingInstance"] == "decider-0"
+
+        refused: list[str] = []
+        denied = EventWriter(refused_api, count=refused.append)
+        denied_task = asyncio.create_task(denied.run(stop))
+        denied.record(
+            "default", "bert", uid, [decision_event(1, 2, "a", "d-2"), decision_event(2, 3, "b", "d-3")]
+        )
+        await eventually(lambda: refused == ["failed", "failed"], what="both refused")
+        stop.set()
+        await asyncio.gather(task, denied_task)
+    finally:
+        await api.close()
+        await refused_api.close()
+        await sim.stop()
