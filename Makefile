@@ -58,7 +58,7 @@ compose-up: .compose.env images
 	@test -n "$(COMPOSE)" || { echo "no docker compose or podman-compose on this machine"; exit 2; }
 	set -a && . ./.compose.env && set +a && $(COMPOSE) up -d
 
-compose-down:
+compose-down: .compose.env
 	@test -n "$(COMPOSE)" || { echo "no docker compose or podman-compose on this machine"; exit 2; }
 	set -a && . ./.compose.env && set +a && $(COMPOSE) down --volumes
 

@@ -3,8 +3,8 @@
 # daemon and reaches no container registry (this project's machines): install
 # podman/buildah/podman-compose, make the Dockerfiles' base image locally with
 # debootstrap, build the five images with `make images`, run each once with
-# `podman run`, then run docker-compose.yml with podman-compose and prove the
-# pipeline scales a Deployment up after a load step.
+# `podman run`, then `make compose-up` (podman-compose here) and prove the
+# pipeline scales a Deployment up after a load step; `make compose-down` after.
 #
 #   sudo bench/containers.sh            # as root; minutes, not CI
 #   KEEP=1 bench/containers.sh          # leave the compose project running
@@ -134,29 +134,18 @@ for service in collector aggregator decider actuator kube-sim; do
   figure "podman run $image --help: exit 0 in $(since "$started") s"
 done
 
-# --- 6. docker-compose.yml with podman-compose: the pipeline scales --------------------
-COMPOSE_ENV="$OUT/compose.env"
-[ -f "$COMPOSE_ENV" ] || {
-  for r in COLLECTOR AGGREGATOR DECIDER ACTUATOR OBSERVER; do
-    echo "NATS_${r}_PASSWORD=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
-  done
-  echo "GPUSCALE_VERSION=$VERSION"
-  echo "GPUSCALE_NATS_IMAGE=$NATS_IMAGE"
-} >"$COMPOSE_ENV"
-set -a
-# shellcheck disable=SC1090
-. "$COMPOSE_ENV"
-set +a
-
-compose() { podman-compose -f "$REPO/docker-compose.yml" "$@"; }
+# --- 6. make compose-up (podman-compose here): the pipeline scales ---------------------
+# make compose-up writes .compose.env (random NATS passwords) on first use, builds the
+# images (cached by now) and starts the project; make compose-down removes it.
+export ENGINE=podman BUILD_FLAGS="--network host" GPUSCALE_NATS_IMAGE="$NATS_IMAGE"
 cleanup() {
   if [ "${KEEP:-0}" != 1 ]; then
-    compose logs >"$OUT/compose.log" 2>&1 || true
-    compose down --volumes >/dev/null 2>&1 || true
+    (set -a && . ./.compose.env && set +a && podman-compose logs) >"$OUT/compose.log" 2>&1 || true
+    make -s compose-down >/dev/null 2>&1 || true
   fi
 }
 trap cleanup EXIT
-compose down --volumes >/dev/null 2>&1 || true
+make -s compose-down >/dev/null 2>&1 || true
 
 api() { curl -sf --max-time 5 "http://127.0.0.1:6443$1"; }
 replicas() {
@@ -187,11 +176,12 @@ all_ready() {
   done
 }
 
-say "podman-compose up"
+say "make compose-up"
+make -s images >/dev/null 2>"$OUT/build-again.log"  # timed apart: compose-up's own rebuild is cached
 started=$(now)
-compose up -d >"$OUT/compose-up.log" 2>&1
+make -s compose-up >"$OUT/compose-up.log" 2>&1
 wait_for 180 "every service ready" all_ready
-figure "podman-compose up -d -> all 9 containers up and every service ready: $(since "$started") s"
+figure "make compose-up (podman-compose up -d, images cached) -> all 9 containers up and every service ready: $(since "$started") s"
 figure "  containers running: $(podman ps -q | wc -l)"
 
 # A steady 30 % first, until the decider sees the workload's metrics.
