@@ -122,11 +122,11 @@ fi
 say "make images (podman)"
 started=$(now)
 ENGINE=podman BUILD_FLAGS="--network host" make -s images 2>"$OUT/build.log" | tee "$OUT/images.txt"
-figure "make images: $(since "$started") s for five images"
+figure "make images: $(since "$started") s for $(ls docker/*.Dockerfile | wc -l) images"
 sed 's/^/  /' "$OUT/images.txt" >>"$FIGURES"
 
 # --- 5. each image runs: podman run --------------------------------------------------------
-for service in collector aggregator decider actuator kube-sim; do
+for service in $(for f in docker/*.Dockerfile; do basename "$f" .Dockerfile; done); do
   image="ghcr.io/gpuscale/gpuscale-$service:$VERSION"
   started=$(now)
   "${PODMAN[@]}" run --rm "${ULIMITS[@]}" --read-only --cap-drop ALL --security-opt no-new-privileges \

@@ -46,8 +46,8 @@ from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, ensure_stream, headers_msg_id, jetstream
+from gpuscale.policy import parse_gpuscaler
 from gpuscale.wire import Decision, PodMetrics, WorkloadMetrics
-from gpuscale_decider.core.policy import parse_gpuscaler
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.pods import PodCache
 from gpuscale_decider.sources import MemoryStateStore, StaticScaleSource

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build (or push, or save) gpuscale's five images with whatever container
+# Build (or push, or save) gpuscale's images (one per docker/*.Dockerfile) with whatever container
 # engine this machine has: docker (a running daemon), else podman, else buildah.
 #
 #   docker/images.sh build        # ghcr.io/gpuscale/gpuscale-<service>:<version>
@@ -9,7 +9,7 @@
 # Settings (environment): REGISTRY (default ghcr.io/gpuscale), TAG (default:
 # the version in pyproject.toml, which deploy/base/kustomization.yaml names),
 # ENGINE (docker | podman | buildah; default: the first that works),
-# SERVICES (default: all five), BUILD_FLAGS (extra flags for the build).
+# SERVICES (default: every docker/*.Dockerfile), BUILD_FLAGS (extra flags for the build).
 # Prints one line per image with its build time and size on stdout; the
 # engine's own output goes to stderr.
 set -euo pipefail
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 REGISTRY="${REGISTRY:-ghcr.io/gpuscale}"
 TAG="${TAG:-$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)}"
-SERVICES="${SERVICES:-collector aggregator decider actuator kube-sim}"
+SERVICES="${SERVICES:-$(for f in docker/*.Dockerfile; do basename "$f" .Dockerfile; done | tr '\n' ' ')}"
 BUILD_FLAGS="${BUILD_FLAGS:-}"
 
 die() { echo "images.sh: $*" >&2; exit 2; }

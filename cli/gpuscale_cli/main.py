@@ -51,6 +51,12 @@ COMMANDS: tuple[Command, ...] = (
         "gpuscale_actuator.app:main",
     ),
     Command(
+        "keda-scaler",
+        "serve gpuscale's per-workload GPU metrics to KEDA (external scaler) and HPA (external metrics API)",
+        "gpuscale_kedascaler.settings:KedaScalerSettings",
+        "gpuscale_kedascaler.app:main",
+    ),
+    Command(
         "kube-sim",
         "a Kubernetes API simulator that also plays a GPU cluster",
         "gpuscale_kubesim.settings:KubeSimSettings",
@@ -61,6 +67,12 @@ COMMANDS: tuple[Command, ...] = (
         "run the whole pipeline locally against kube-sim and watch it scale",
         "gpuscale_cli.demo.settings:DemoSettings",
         "gpuscale_cli.demo.run:main",
+    ),
+    Command(
+        "convert",
+        "turn HPA and KEDA ScaledObject YAML into GPUScaler YAML, saying what does not carry over",
+        "gpuscale_cli.convert.app:ConvertSettings",
+        "gpuscale_cli.convert.app:main",
     ),
     Command(
         "status",

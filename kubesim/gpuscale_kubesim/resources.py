@@ -331,6 +331,11 @@ def _hpa_targets(obj: Obj, _now: float) -> Any:
     return ", ".join(parts) or "<none>"
 
 
+def _apiservice_backend(obj: Obj, _now: float) -> Any:
+    service = obj.get("spec", {}).get("service") or {}
+    return f"{service.get('namespace', '')}/{service.get('name', '')}" if service else "Local"
+
+
 def _selector(path: str) -> Cell:
     def cell(obj: Obj, _now: float) -> Any:
         labels = json_path(obj, path) or {}
@@ -623,6 +628,22 @@ BUILTINS: tuple[ResourceDef, ...] = (
                 "Global-Default", "boolean", _path_cell(".globalDefault", "boolean"), "The default for pods"
             ),
             Column("Preemption-Policy", "string", _path_cell(".preemptionPolicy", "string"), "Preemption"),
+            AGE_COLUMN,
+        ),
+    ),
+    # Aggregated APIs (an external metrics provider's APIService); stored, nothing is proxied.
+    ResourceDef(
+        "apiregistration.k8s.io",
+        "v1",
+        "apiservices",
+        "apiservice",
+        "APIService",
+        namespaced=False,
+        subresources=frozenset({"status"}),
+        categories=("api-extensions",),
+        columns=(
+            NAME_COLUMN,
+            Column("Service", "string", _apiservice_backend, "The Service serving this API, or Local"),
             AGE_COLUMN,
         ),
     ),

@@ -38,6 +38,7 @@ ROOTS = [
     "io.k8s.api.scheduling.v1.PriorityClass",
     *(f"io.k8s.api.rbac.v1.{k}" for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")),
     "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
+    "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",
     "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
     "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     "io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList",

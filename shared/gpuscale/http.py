@@ -23,10 +23,15 @@ class ServiceHttp:
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
         self._checks: dict[str, ReadinessCheck] = {}
+        self._liveness: dict[str, ReadinessCheck] = {}
         self._runner: web.AppRunner | None = None
 
     def add_readiness(self, name: str, check: ReadinessCheck) -> None:
         self._checks[name] = check
+
+    def add_liveness(self, name: str, check: ReadinessCheck) -> None:
+        """/healthz is 503 while a liveness check fails: Kubernetes restarts the pod."""
+        self._liveness[name] = check
 
     async def start(self) -> int:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -45,7 +50,14 @@ class ServiceHttp:
             self._runner = None
 
     async def _healthz(self, _request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "service": self.metrics.service})
+        results = {name: check() for name, check in self._liveness.items()}
+        live = all(ok for ok, _ in results.values())
+        body = {
+            "status": "ok" if live else "failing",
+            "service": self.metrics.service,
+            "checks": {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()},
+        }
+        return web.json_response(body, status=200 if live else 503)
 
     async def _readyz(self, _request: web.Request) -> web.Response:
         results = {name: check() for name, check in self._checks.items()}

@@ -39,6 +39,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.apiwarnings import API_WARNINGS, parse_warning_header
 from gpuscale.labels import selector_string
+from gpuscale.names import target_problems
 
 __all__ = [
     "REPLICAS_IN_SPEC",
@@ -379,6 +380,9 @@ class ScaleClient:
         raise NotFound(404, f"the API server serves no kind {ref.kind} in {ref.api_version}")
 
     async def object_path(self, ref: ScaleTargetRef) -> str:
+        problems = target_problems(ref.namespace, ref.api_version, ref.kind, ref.name)
+        if problems:  # never let a name become another path, a query or a fragment
+            raise BadRequest(400, f"not a Kubernetes object: {'; '.join(problems)}", reason="Invalid")
         plural = await self.plural(ref)
         return f"{_api_prefix(ref.group, ref.version)}/namespaces/{ref.namespace}/{plural}/{ref.name}"
 

@@ -39,6 +39,17 @@ class ServiceMetrics:
         self.nats_disconnects = Counter(
             "gpuscale_nats_disconnects_total", "Disconnections from NATS", registry=self.registry
         )
+        self.nats_errors = Counter(
+            "gpuscale_nats_errors_total",
+            "Errors reported by the NATS client, by type",
+            ["error"],
+            registry=self.registry,
+        )
+        self.nats_connection_lost = Counter(
+            "gpuscale_nats_connection_lost_total",
+            "Connections the server closed for good (the service starts over)",
+            registry=self.registry,
+        )
         self.nats_connected = Gauge(
             "gpuscale_nats_connected", "1 while connected to NATS", registry=self.registry
         )

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
@@ -40,6 +42,28 @@ __all__ = [
 ]
 
 
+# Connections we are closing on purpose (drain): their close is no loss.
+_closing: weakref.WeakSet[NATS] = weakref.WeakSet()
+
+
+def redact(url: str) -> str:
+    """A server URL fit for a log line: the password replaced, the user kept."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable url>"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _server_of(nc: NATS) -> str:
+    url = nc.connected_url
+    return f"{url.hostname}:{url.port}" if url is not None else ""
+
+
 def _tls_context(ca_file: str | None) -> ssl.SSLContext | None:
     if ca_file is None:
         return None
@@ -55,12 +79,20 @@ async def connect(
     tls_ca: str | None = None,
     reconnect_wait_s: float = 1.0,
     stop: asyncio.Event | None = None,
+    on_closed: Callable[[], None] | None = None,
 ) -> NATS:
     """Connect, retrying forever (with backoff) until the server answers or
-    ``stop`` is set. Disconnects after that are nats-py's to heal; we log them."""
-    log = get_logger(component="nats", servers=list(servers))
+    ``stop`` is set. Disconnects after that are nats-py's to heal; we log them.
+
+    A connection the server *closes* (it answers some protocol errors, such
+    as an over-long subject, with -ERR and a close, and nats-py does not
+    reconnect after that) is lost for good: ``on_closed`` is called so the
+    service can start over (``ServiceContext.reopen``). Credentials in the
+    URLs never reach the logs."""
+    log = get_logger(component="nats", servers=[redact(s) for s in servers])
     nc = NATS()
     state = {"was_connected": False}
+    errors_seen: set[str] = set()  # logged once each until the next (re)connect
 
     async def disconnected_cb() -> None:
         metrics.nats_connected.set(0)
@@ -71,14 +103,32 @@ async def connect(
     async def reconnected_cb() -> None:
         metrics.nats_connected.set(1)
         metrics.nats_reconnects.inc()
-        log.info("nats_reconnected", server=str(nc.connected_url.netloc if nc.connected_url else ""))
+        errors_seen.clear()
+        log.info("nats_reconnected", server=_server_of(nc))
 
     async def error_cb(e: Exception) -> None:
-        log.warning("nats_error", error=f"{type(e).__name__}: {e}")
+        kind = type(e).__name__
+        metrics.nats_errors.labels(error=kind).inc()
+        if kind not in errors_seen:  # an outage repeats the same error twice a second
+            errors_seen.add(kind)
+            log.warning(
+                "nats_error",
+                error=f"{kind}: {e}",
+                note="logged once until reconnected; see gpuscale_nats_errors_total",
+            )
 
     async def closed_cb() -> None:
         metrics.nats_connected.set(0)
-        log.info("nats_closed")
+        if nc in _closing or not state["was_connected"]:
+            log.info("nats_closed")
+            return
+        metrics.nats_connection_lost.inc()
+        log.error(
+            "nats_connection_lost",
+            last_error=f"{type(nc.last_error).__name__}: {nc.last_error}" if nc.last_error else "",
+        )
+        if on_closed is not None:
+            on_closed()
 
     attempt = 0
     while True:
@@ -125,7 +175,7 @@ async def connect(
     nc.options["max_reconnect_attempts"] = -1  # forever: a service outlives any NATS outage
     state["was_connected"] = True
     metrics.nats_connected.set(1)
-    log.info("nats_connected", server=str(nc.connected_url.netloc if nc.connected_url else ""))
+    log.info("nats_connected", server=_server_of(nc))
     return nc
 
 
@@ -144,6 +194,7 @@ async def drain(nc: NATS | None, timeout_s: float = 2.0) -> None:
     """Flush what we published and close; never raise on the way out."""
     if nc is None or nc.is_closed:
         return
+    _closing.add(nc)
     try:
         await asyncio.wait_for(nc.drain(), timeout_s)
     except Exception:  # noqa: BLE001 - shutting down: a failed drain still has to close

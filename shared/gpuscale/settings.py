@@ -72,7 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
         env_note = f" [env: {', '.join(spec.env)}]" if spec.env else ""
         default = f.default if f.default is not dataclasses.MISSING else None
         help_text = f"{spec.help} (default: {_show(default)}){env_note}"
-        if spec.is_flag:
+        if not spec.flag.startswith("-"):  # a positional argument (``gpuscale convert FILE``), required
+            if spec.flag != f.name:
+                raise ValueError(f"positional option {spec.flag!r} must be named like its field {f.name!r}")
+            parser.add_argument(spec.flag, metavar=spec.metavar or spec.flag.upper(), help=spec.help)
+        elif spec.is_flag:
             parser.add_argument(
                 spec.flag, dest=f.name, action="store_const", const="true", default=None, help=help_text
             )

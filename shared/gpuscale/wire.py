@@ -32,6 +32,7 @@ ACTION_OUTCOMES: Final = (
     "skipped_dry_run",
     "conflict_retried",
     "failed",
+    "refused",
 )
 
 

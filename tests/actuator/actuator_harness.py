@@ -58,7 +58,7 @@ def decision(
         from_replicas=from_,
         to_replicas=to,
         reason=f"gpu_util 83.0 over target 70 (ratio 1.19): {from_} -> {to}",
-        inputs={"averages": {"gpu_util": 83.0}},
+        inputs={"gpuscaler": f"default/{name}", "averages": {"gpu_util": 83.0}},
         api_version=api_version,
     )
 

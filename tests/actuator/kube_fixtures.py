@@ -12,12 +12,25 @@ from kubernetes_asyncio.client import ApiClient
 from gpuscale.kube import new_api_client, request_json
 from gpuscale_kubesim import KubeSim
 
-from ..k8s_objects import gpu_workload
+from ..k8s_objects import gpu_workload, gpuscaler
 
 
 def workload(kind: str, name: str, replicas: int, namespace: str = "default") -> dict[str, Any]:
     """A minimal apps/v1 Deployment or StatefulSet."""
     return gpu_workload(name, replicas, kind=kind, namespace=namespace, gpus=None)
+
+
+def policy_for(kind: str, name: str, *, api_version: str = "apps/v1", **spec: Any) -> dict[str, Any]:
+    """The GPUScaler ``<name>`` on the target: the actuator applies no decision without one."""
+    obj = gpuscaler(name, name, **spec)
+    obj["spec"]["scaleTargetRef"] = {"apiVersion": api_version, "kind": kind, "name": name}
+    return obj
+
+
+async def seed(sim: KubeSim, kind: str, name: str, replicas: int, **spec: Any) -> None:
+    """A workload and the GPUScaler that scales it."""
+    await sim.create(workload(kind, name, replicas))
+    await sim.create(policy_for(kind, name, **spec))
 
 
 @asynccontextmanager
@@ -51,6 +64,7 @@ async def events_about(api: ApiClient, name: str, namespace: str = "default") ->
 # What the actuator may do in the RBAC tests: everything it needs except patch.
 ACTUATOR_RULES_WITHOUT_PATCH = [
     {"apiGroups": ["apps"], "resources": ["deployments", "deployments/scale"], "verbs": ["get", "list"]},
+    {"apiGroups": ["gpuscale.io"], "resources": ["gpuscalers"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
 ]

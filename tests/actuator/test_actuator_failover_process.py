@@ -22,7 +22,7 @@ from gpuscale_kubesim import KubeSim
 
 from ..waiting import eventually
 from .actuator_harness import decision, publish, watch_actions
-from .kube_fixtures import api_client, events_about, workload
+from .kube_fixtures import api_client, events_about, seed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -85,7 +85,7 @@ async def reporters(kube_sim: KubeSim) -> list[str]:
 async def test_two_actuators_one_leader_and_failover(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 1))
+    await seed(kube_sim, "Deployment", "bert", 1)
     kubeconfig = str(kube_sim.kubeconfig_path)
     async with (
         actuator_process("a", nats_server.url, kubeconfig, tmp_path) as proc_a,

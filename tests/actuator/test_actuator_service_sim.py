@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from gpuscale import codec, subjects
 from gpuscale.embedded_nats import EmbeddedNats
@@ -33,9 +34,10 @@ from .kube_fixtures import (
     api_client,
     deployment_path,
     events_about,
+    policy_for,
     rbac_kube_sim,
     scalable_crd,
-    workload,
+    seed,
 )
 
 pytestmark = pytest.mark.integration
@@ -53,7 +55,7 @@ async def replicas_of(kube_sim: KubeSim, name: str = "bert") -> int:
 async def test_applies_a_decision_records_an_event_and_publishes_the_outcome(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         d = decision(from_=2, to=3)
@@ -91,7 +93,7 @@ async def test_applies_a_decision_records_an_event_and_publishes_the_outcome(
 async def test_statefulsets_scale_too(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("StatefulSet", "llm", 1))
+    await seed(kube_sim, "StatefulSet", "llm", 1)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
         d = decision("llm", kind="StatefulSet", from_=1, to=4)
@@ -105,7 +107,7 @@ async def test_statefulsets_scale_too(
 async def test_stale_decisions_are_skipped(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, max_decision_age=30.0)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
         moved = decision(from_=4, to=5)  # made when the target had 4 replicas; it has 2
@@ -124,7 +126,7 @@ async def test_stale_decisions_are_skipped(
 async def test_a_409_is_re_read_and_retried_once(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     kube_sim.faults.add("PATCH", PATCH_BERT, status=409, count=1)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
@@ -139,7 +141,7 @@ async def test_a_409_is_re_read_and_retried_once(
 async def test_429_three_times_then_success(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     kube_sim.faults.add("PATCH", PATCH_BERT, status=429, count=3)
     patches = kube_sim.faults.add("PATCH", PATCH_BERT, delay_s=0.0, count=None)  # counts the rest
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
@@ -159,7 +161,7 @@ async def test_a_missing_rbac_permission_fails_clearly_and_the_service_goes_on(
     nats_server: EmbeddedNats, nats_client: NATS, tmp_path: Path
 ) -> None:
     async with rbac_kube_sim(tmp_path) as (sim, actuator_kubeconfig):
-        await sim.create(workload("Deployment", "bert", 2))
+        await seed(sim, "Deployment", "bert", 2)
         settings = settings_for(nats_server.url, str(actuator_kubeconfig))
         async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
             for _ in range(2):  # the second one proves the service is still consuming
@@ -176,6 +178,7 @@ async def test_a_missing_rbac_permission_fails_clearly_and_the_service_goes_on(
 async def test_a_missing_target_fails_with_the_reason(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
+    await kube_sim.create(policy_for("Deployment", "ghost"))  # a GPUScaler on a Deployment never made
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         d = decision("ghost", from_=1, to=2)
@@ -189,7 +192,7 @@ async def test_a_missing_target_fails_with_the_reason(
 async def test_dry_run_changes_nothing(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, dry_run=True)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
         d = decision(from_=2, to=3)
@@ -202,7 +205,7 @@ async def test_dry_run_changes_nothing(
 async def test_invalid_messages_are_rejected_counted_and_not_redelivered(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     subject = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "bert"))
     other = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "other"))
@@ -239,7 +242,7 @@ class SimulatedCrash(BaseException):
 async def test_a_crash_between_patch_and_ack_applies_the_decision_exactly_once(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     patches = kube_sim.faults.add("PATCH", PATCH_BERT, delay_s=0.0, count=None)  # counts PATCHes
     crashed = asyncio.Event()
 
@@ -277,7 +280,7 @@ async def test_a_crash_between_patch_and_ack_applies_the_decision_exactly_once(
 async def test_survives_a_nats_outage(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         first = decision(from_=2, to=3)
@@ -298,7 +301,7 @@ async def test_survives_a_nats_outage(
 async def test_an_api_server_outage_delays_the_decision_but_does_not_lose_it(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
+    await seed(kube_sim, "Deployment", "bert", 2)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         await eventually(lambda: actuator.metric("gpuscale_actuator_leader") == 1, what="leadership")
@@ -316,8 +319,16 @@ async def test_an_api_server_outage_delays_the_decision_but_does_not_lose_it(
     assert await replicas_of(kube_sim) == 3
 
 
+def pool_policies(tmp_path: Path) -> Path:
+    """The CRD's GPUScaler targets Deployments and StatefulSets; a policies file
+    (as the decider's ``--policies``) may target any kind with ``/scale``."""
+    path = tmp_path / "policies.yaml"
+    path.write_text(yaml.safe_dump(policy_for("InferencePool", "pool", api_version="example.com/v1")))
+    return path
+
+
 async def test_custom_resources_scale_through_the_scale_subresource_once_per_decision(
-    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
 ) -> None:
     await kube_sim.create(scalable_crd())
     await kube_sim.create(
@@ -329,7 +340,7 @@ async def test_custom_resources_scale_through_the_scale_subresource_once_per_dec
         }
     )
     scale_patches = kube_sim.faults.add("PATCH", r"/inferencepools/pool/scale$", delay_s=0.0, count=None)
-    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=pool_policies(tmp_path))
     d = decision("pool", kind="InferencePool", api_version="example.com/v1", from_=1, to=2)
     subject = subjects.decisions(subjects.WorkloadKey("default", "InferencePool", "pool"))
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
@@ -346,7 +357,7 @@ async def test_custom_resources_scale_through_the_scale_subresource_once_per_dec
 
 
 async def test_a_crash_before_the_record_on_a_custom_resource_is_not_applied_twice(
-    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
 ) -> None:
     """The generic path has no atomic annotation: the from_replicas check guards the window."""
     await kube_sim.create(scalable_crd())
@@ -367,13 +378,14 @@ async def test_a_crash_before_the_record_on_a_custom_resource_is_not_applied_twi
 
     d = decision("pool", kind="InferencePool", api_version="example.com/v1", from_=1, to=2)
     async with watch_actions(nats_client) as actions:
-        first = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="first")
+        policies = pool_policies(tmp_path)
+        first = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="first", policies=policies)
         async with running_actuator(first, Hooks(after_patch=crash_after_patch)) as dying:
             await publish(nats_client, d)
             await asyncio.wait_for(crashed.wait(), 15)
             with contextlib.suppress(SimulatedCrash):
                 await dying.task
-        second = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="second")
+        second = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="second", policies=policies)
         async with running_actuator(second):
             action = await actions.wait_for(d.id, timeout_s=20)
     assert action.outcome == "skipped_stale"  # found at 2, not at its from_replicas 1
@@ -385,7 +397,7 @@ async def test_with_scale_only_rbac_it_scales_through_scale_and_still_applies_on
     nats_server: EmbeddedNats, nats_client: NATS, tmp_path: Path
 ) -> None:
     async with rbac_kube_sim(tmp_path, ACTUATOR_RULES_SCALE_ONLY) as (sim, actuator_kubeconfig):
-        await sim.create(workload("Deployment", "bert", 2))
+        await seed(sim, "Deployment", "bert", 2)
         scale_patches = sim.faults.add("PATCH", r"/deployments/bert/scale$", delay_s=0.0, count=None)
         settings = settings_for(nats_server.url, str(actuator_kubeconfig))
         d = decision(from_=2, to=3)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscale_decider.core.policy import GPUScaler, parse_gpuscaler
+from gpuscale.policy import GPUScaler, parse_gpuscaler
 from gpuscale_decider.core.reconcile import Config, Memory, Observation, Step, Target, reconcile
 from gpuscale_decider.core.replicas import PodView
 from gpuscale_decider.core.state import ScalerState, TimedValue

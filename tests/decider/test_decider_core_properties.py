@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscale_decider.core.policy import GPUScaler, parse_gpuscaler
+from gpuscale.policy import GPUScaler, parse_gpuscaler
 from gpuscale_decider.core.reconcile import Evaluation, Memory, Target, reconcile
 from gpuscale_decider.core.state import ScalerState
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from gpuscale.policy import GPUScaler
 from gpuscale_decider.core.conditions import ConditionType
-from gpuscale_decider.core.policy import GPUScaler
 from gpuscale_decider.core.reconcile import Evaluation, Memory, Step, Target, reconcile
 from gpuscale_decider.core.state import ScalerState, TimedValue
 
@@ -802,3 +802,32 @@ def test_status_last_scale_time_seeds_cooldown_after_restart() -> None:
     assert result is not None
     assert result.desired == 2
     assert "cooling down" in result.reason
+
+
+def test_shadow_mode_advises_once_per_change_and_never_decides() -> None:
+    """spec.mode Shadow: evaluated even while an HPA owns the target; what
+    gpuscale would do is advice, published once for each new (from, to)."""
+    scaler = policy(mode="Shadow")
+    hpa = "HorizontalPodAutoscaler ns/bert"
+    first = step(scaler, 2, running(2, 140), conflict=hpa)
+    assert first.decision is None
+    assert first.advice is not None
+    assert (first.advice.from_replicas, first.advice.to_replicas) == (2, 4)
+    assert (
+        "shadow mode: would scale 2 → 4; HorizontalPodAutoscaler ns/bert owns the target"
+        in first.advice.reason
+    )
+    assert first.status is not None
+    able = {c["type"]: c for c in first.status["conditions"]}["AbleToScale"]
+    assert (able["status"], able["reason"]) == ("False", "ShadowMode")
+    assert first.status["desiredReplicas"] == 4  # what it would do
+    assert first.memory.state.pending is None
+    again = step(scaler, 2, running(2, 140), state=first.memory.state, now=NOW + 2, conflict=hpa)
+    assert (again.advice, again.decision) == (None, None)
+    # The live controller scaled to 3 and the load stays: new advice, 3 -> 6.
+    moved = step(scaler, 3, running(3, 140), state=again.memory.state, now=NOW + 4, conflict=hpa)
+    assert moved.advice is not None
+    assert (moved.advice.from_replicas, moved.advice.to_replicas) == (3, 6)
+    settled = step(scaler, 6, running(6, 70), state=moved.memory.state, now=NOW + 6, conflict=hpa)
+    assert settled.advice is None
+    assert settled.memory.state.last_advice is None  # would keep: the next change is advised again

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuscale_decider.core.policy import PolicyError, parse_gpuscaler
+from gpuscale.policy import PolicyError, parse_gpuscaler
 from gpuscale_decider.core.reconcile import Evaluation, Memory, Target, reconcile
 from gpuscale_decider.core.state import ScalerState
 from gpuscale_decider.core.status import (

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuscale_decider.core.policy import (
+from gpuscale.policy import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     PolicyError,

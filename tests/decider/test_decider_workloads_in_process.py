@@ -9,11 +9,11 @@ from typing import Any
 from gpuscale import codec, subjects
 from gpuscale.kube import NotFound, ScaleState, ScaleTargetRef
 from gpuscale.metrics import ServiceMetrics
+from gpuscale.policy import GPUScaler, parse_gpuscaler
+from gpuscale.policyfile import parse_documents
 from gpuscale.wire import Action, Decision, PodMetrics, WorkloadMetrics
-from gpuscale_decider.core.policy import GPUScaler, parse_gpuscaler
 from gpuscale_decider.core.reconcile import Config
 from gpuscale_decider.decider import Decider
-from gpuscale_decider.policies import parse_documents
 from gpuscale_decider.sources import MemoryStateStore, StaticPods, StaticScaleSource
 
 NOW = 1_800_000_000.0

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -186,3 +187,35 @@ _ENV_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 def env_references(value: str) -> list[str]:
     """Kubernetes' ``$(VAR)`` references in an env value."""
     return _ENV_REF.findall(value)
+
+
+# --- the GPUScaler CRD's schema ----------------------------------------------------
+
+
+def _strict_json_schema(openapi: Any) -> Any:
+    """The CRD's OpenAPI v3.0 schema as a JSON Schema (draft 4 semantics, as
+    OpenAPI 3.0's boolean exclusiveMinimum), with ``nullable`` spelled as a
+    null type and unknown fields forbidden wherever properties are listed."""
+    if isinstance(openapi, list):
+        return [_strict_json_schema(x) for x in openapi]
+    if not isinstance(openapi, dict):
+        return openapi
+    schema = {k: _strict_json_schema(v) for k, v in openapi.items() if not k.startswith("x-kubernetes-")}
+    if openapi.get("nullable") and "type" in schema:
+        schema["type"] = [schema["type"], "null"]
+    schema.pop("nullable", None)
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not openapi.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        schema["additionalProperties"] = False
+    return schema
+
+
+def gpuscaler_validator() -> jsonschema.Draft4Validator:
+    crd = load_yaml_documents(CRD_FILE)[0]
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
+    schema = _strict_json_schema(version["schema"]["openAPIV3Schema"])
+    jsonschema.Draft4Validator.check_schema(schema)
+    return jsonschema.Draft4Validator(schema)

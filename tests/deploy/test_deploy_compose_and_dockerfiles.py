@@ -310,6 +310,7 @@ def test_there_is_a_dockerfile_per_service() -> None:
         "aggregator",
         "decider",
         "actuator",
+        "keda-scaler",
         "kube-sim",
     }
 
@@ -339,7 +340,9 @@ def test_dockerfile_exposes_the_default_port_and_checks_health(dockerfile: Path)
     built = settings_mod.build(command_options(service).settings_class, {}, {})
     port = built.http_port if hasattr(built, "http_port") else built.port
     instructions = dockerfile_instructions(dockerfile)
-    assert [i.args for i in instructions if i.keyword == "EXPOSE"] == [str(port)]
+    # The keda-scaler also serves KEDA's gRPC and the external metrics API (HTTPS).
+    more = {"keda-scaler": " 9500 6443"}.get(service, "")
+    assert [i.args for i in instructions if i.keyword == "EXPOSE"] == [f"{port}{more}"]
     (check,) = [i.args for i in instructions if i.keyword == "HEALTHCHECK"]
     exec_form = json.loads(check[check.index("CMD") + 3 :])
     assert exec_form[:2] == ["python", "-c"]

@@ -18,9 +18,9 @@ import yaml
 from kubernetes_asyncio.client import ApiException, CustomObjectsApi
 
 from gpuscale.kube import new_api_client
+from gpuscale.policy import PolicyError, parse_gpuscaler
 from gpuscale.wire import METRIC_NAMES
 from gpuscale_decider.core.conditions import ConditionType, Reason
-from gpuscale_decider.core.policy import PolicyError, parse_gpuscaler
 from gpuscale_kubesim import KubeSim
 
 from . import gpuscaler_doc

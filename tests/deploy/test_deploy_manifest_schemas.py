@@ -18,14 +18,15 @@ import pytest
 
 from ..k8s_objects import FIXTURE_CRDS
 from .deploy_support import (
-    CRD_FILE,
     DEPLOY,
     EXAMPLES,
     K8S_VERSION,
     KUBECTL_MISSING,
     OVERLAYS,
     Obj,
+    _strict_json_schema,
     find,
+    gpuscaler_validator,
     kubectl_path,
     load_yaml_documents,
     of_kind,
@@ -134,35 +135,6 @@ def test_builtin_object_is_valid_against_the_kubernetes_schema(source: str, obj:
 # --- GPUScaler against its CRD ------------------------------------------------
 
 
-def _strict_json_schema(openapi: Any) -> Any:
-    """The CRD's OpenAPI v3.0 schema as a JSON Schema (draft 4 semantics, as
-    OpenAPI 3.0's boolean exclusiveMinimum), with ``nullable`` spelled as a
-    null type and unknown fields forbidden wherever properties are listed."""
-    if isinstance(openapi, list):
-        return [_strict_json_schema(x) for x in openapi]
-    if not isinstance(openapi, dict):
-        return openapi
-    schema = {k: _strict_json_schema(v) for k, v in openapi.items() if not k.startswith("x-kubernetes-")}
-    if openapi.get("nullable") and "type" in schema:
-        schema["type"] = [schema["type"], "null"]
-    schema.pop("nullable", None)
-    if (
-        "properties" in schema
-        and "additionalProperties" not in schema
-        and not openapi.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        schema["additionalProperties"] = False
-    return schema
-
-
-def _gpuscaler_validator() -> jsonschema.Draft4Validator:
-    crd = load_yaml_documents(CRD_FILE)[0]
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
-    schema = _strict_json_schema(version["schema"]["openAPIV3Schema"])
-    jsonschema.Draft4Validator.check_schema(schema)
-    return jsonschema.Draft4Validator(schema)
-
-
 def _example_gpuscalers() -> list[Obj]:
     return [
         o
@@ -193,7 +165,7 @@ def test_the_example_gpuscaler_matches_the_seed_example_and_the_crd_schema() -> 
     }
     assert (spec["minReplicas"], spec["maxReplicas"]) == (1, 10)
     assert spec["metrics"] == [{"name": "gpu_util", "target": 20}]
-    errors = [f"{list(e.path)}: {e.message}" for e in _gpuscaler_validator().iter_errors(example)]
+    errors = [f"{list(e.path)}: {e.message}" for e in gpuscaler_validator().iter_errors(example)]
     assert errors == []
 
 
@@ -209,7 +181,7 @@ def test_the_example_gpuscaler_matches_the_seed_example_and_the_crd_schema() -> 
 def test_the_crd_schema_check_catches_a_broken_gpuscaler(change: Any, why: str) -> None:
     broken = copy.deepcopy(_example_gpuscalers()[0])
     change(broken["spec"])
-    assert list(_gpuscaler_validator().iter_errors(broken)), why
+    assert list(gpuscaler_validator().iter_errors(broken)), why
 
 
 def test_the_prometheus_rule_matches_the_operators_schema() -> None:

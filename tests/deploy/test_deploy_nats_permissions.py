@@ -204,7 +204,9 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
         subjects.DECISIONS_ALL,
         durable=actuator_app.DURABLE,
         stream=subjects.DECISIONS_STREAM,
-        config=actuator_app.consumer_config(30.0),
+        config=actuator_app.consumer_config(
+            actuator_app.ActuatorSettings(nats_url=("nats://unused",), ack_wait=30.0)
+        ),
     )
     (msg,) = await pull.fetch(1, timeout=5)
     assert msg.data == b"decision-1"

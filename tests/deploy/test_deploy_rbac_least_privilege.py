@@ -153,6 +153,8 @@ ACTUATOR_NEEDS = [
     ("create", "", "events"),
     ("patch", "", "events"),
     ("create", "events.k8s.io", "events"),
+    ("list", "gpuscale.io", "gpuscalers"),
+    ("watch", "gpuscale.io", "gpuscalers"),
 ]
 
 

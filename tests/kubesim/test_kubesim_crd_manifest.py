@@ -63,6 +63,7 @@ def test_crd_shape() -> None:
         "fallback",
         "paused",
         "notReadyPods",
+        "mode",
     }
     rules = props["spec"]["properties"]["behavior"]["properties"]["scaleDown"]["properties"]
     assert set(rules) == {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -18,6 +19,7 @@ from gpuscale.natsio import (
     headers_msg_id,
     is_connected,
     jetstream,
+    redact,
 )
 from gpuscale.wire import SampleBatch
 
@@ -118,3 +120,65 @@ async def test_drain_is_safe_twice_and_on_none(nats_client: NATS) -> None:
     await drain(None)
     await drain(nats_client)
     await drain(nats_client)
+
+
+def test_redact_hides_passwords_and_keeps_the_rest() -> None:
+    assert redact("nats://collector:s3cret@nats.gpuscale:4222") == "nats://collector:***@nats.gpuscale:4222"
+    assert redact("tls://nats.gpuscale:4222") == "tls://nats.gpuscale:4222"
+    assert redact("nats://only-user@host") == "nats://only-user@host"
+
+
+async def test_credentials_in_the_url_never_reach_the_logs(nats_server: EmbeddedNats) -> None:
+    import io
+
+    from gpuscale.logging import configure
+
+    out = io.StringIO()
+    configure("test", "debug", stream=out)
+    try:
+        url = nats_server.url.replace("nats://", "nats://collector:s3cret-password@")
+        metrics = ServiceMetrics("redact")
+        nc = await connect([url], metrics, name="redact", reconnect_wait_s=0.1)
+        nats_server.restart()  # disconnect and reconnect are logged too
+        await eventually(lambda: metrics.nats_reconnects._value.get() >= 1, what="a reconnect")
+        await drain(nc)
+    finally:
+        configure("test", "info")
+    text = out.getvalue()
+    assert "nats_connected" in text
+    assert "nats_reconnected" in text
+    assert "collector:***@" in text
+    assert "s3cret-password" not in text
+
+
+async def test_an_outage_logs_each_error_once_and_counts_every_one(nats_server: EmbeddedNats) -> None:
+    import io
+
+    from gpuscale.logging import configure
+
+    out = io.StringIO()
+    configure("test", "info", stream=out)
+    metrics = ServiceMetrics("outage")
+    try:
+        nc = await connect([nats_server.url], metrics, name="outage", reconnect_wait_s=0.05)
+        nats_server.stop()
+
+        def errors() -> float:
+            return sum(
+                s.value
+                for m in metrics.registry.collect()
+                if m.name == "gpuscale_nats_errors"
+                for s in m.samples
+                if s.name.endswith("_total")
+            )
+
+        await eventually(lambda: errors() >= 5, what="several failed reconnects")
+        nats_server.start()
+        await eventually(lambda: nc.is_connected, what="reconnected")
+        await drain(nc)
+    finally:
+        configure("test", "info")
+    records = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+    logged = [r["error"].split(":")[0] for r in records if r["event"] == "nats_error"]
+    assert logged, records
+    assert len(logged) == len(set(logged)) <= 2, logged  # once per kind of error, not once per attempt

@@ -12,10 +12,10 @@ the second delivery harmless:
    conditional on the resourceVersion it read. Kubernetes applies the two
    together or not at all, so "scaled" and "recorded" cannot diverge: a
    redelivered decision finds its own id on the target and is acked without
-   a second write. This is the truly exactly-once path. The consumer has
-   ``max_ack_pending=1``, so decisions are handled one at a time in stream
-   order and no later decision can overwrite the annotation before a
-   redelivered one is seen again. It needs ``get`` and ``patch`` on the
+   a second write. This is the truly exactly-once path. Decisions for one
+   target are handled one at a time, in the order they arrive, so no later
+   decision for that target can overwrite the annotation while an earlier
+   one is being applied. It needs ``get`` and ``patch`` on the
    objects themselves; where RBAC grants only ``*/scale`` (least privilege)
    the 403 is noticed once and the actuator works as in 2.
 2. For other resources with ``/scale`` (custom resources, whose replicas may
@@ -28,12 +28,21 @@ the second delivery harmless:
 
 The KV record is checked for every kind (cheap, and it also covers a
 redelivery after the annotation was overwritten by a later decision).
+
+Before any of that, a decision must be admissible (``core.admit``): it names
+a Kubernetes object, a GPUScaler targets that object, is not paused, and its
+bounds hold the new count. Anything else is refused, reported and acked.
+
+One target never waits on another: up to ``--max-in-flight`` decisions are
+applied at once, each to a different target; a target whose API calls keep
+failing backs off on its own (nak with a growing delay) while the others go on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import functools
 import time
@@ -71,6 +80,7 @@ from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, ensure_kv, ensure_stream, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision, WireError
+from gpuscale_actuator.core.admit import Refusal, admit
 from gpuscale_actuator.core.plan import (
     LAST_DECISION_ANNOTATION,
     Outcome,
@@ -78,9 +88,11 @@ from gpuscale_actuator.core.plan import (
     StepKind,
     action_for,
     event_for,
+    is_too_old,
     plan_step,
     too_old_step,
 )
+from gpuscale_actuator.policies import PolicyView
 from gpuscale_actuator.settings import ActuatorSettings
 
 SERVICE: Final = "actuator"
@@ -89,9 +101,11 @@ DURABLE: Final = subjects.ACTUATOR_DURABLE
 APPLIED_BUCKET: Final = subjects.ACTUATOR_APPLIED_BUCKET
 APPLIED_TTL_S: Final = 3600.0  # past --max-decision-age a redelivery is skipped as stale anyway
 DECISIONS_MAX_AGE_S: Final = 24 * 3600.0  # kept a day for audit; the actuator never acts on old ones
-RETRY_LATER_S: Final = 5.0  # nak delay when the API server stays unavailable
+RETRY_LATER_S: Final = 5.0  # first nak delay for a target the API server keeps failing on
+RETRY_LATER_MAX_S: Final = 60.0  # ... doubling up to this
 PING_PERIOD_S: Final = 5.0
 FETCH_TIMEOUT_S: Final = 0.5  # also how long a stop waits for the fetch loop
+SHUTDOWN_WAIT_S: Final = 3.0  # decisions in hand may finish this long after a stop
 
 
 @dataclass
@@ -120,6 +134,15 @@ class ActuatorMetrics:
         self.leader = Gauge("gpuscale_actuator_leader", "1 while this replica holds the lease", registry=r)
         self.kube_retries = Counter(
             "gpuscale_actuator_kube_retries_total", "API calls retried, by error", ["error"], registry=r
+        )
+        self.refused = Counter(
+            "gpuscale_actuator_refused_total",
+            "Decisions refused before any API call, by cause",
+            ["cause"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "gpuscale_actuator_decisions_in_flight", "Decisions being applied now", registry=r
         )
         self.redelivered_applied = Counter(
             "gpuscale_actuator_redelivered_applied_total",
@@ -159,6 +182,7 @@ class Actuator:
         elector: LeaderElector,
         stop: asyncio.Event,
         hooks: Hooks,
+        policies: PolicyView,
     ) -> None:
         self.settings = settings
         self.base_metrics = base_metrics
@@ -170,12 +194,19 @@ class Actuator:
         self.elector = elector
         self.stop = stop
         self.hooks = hooks
+        self.policies = policies
         self.once = OncePerKey()
         self.log = get_logger(service=SERVICE, identity=elector.identity)
         # (group, kind) whose objects RBAC lets us not read or patch: /scale only.
         self.scale_only: set[tuple[str, str]] = set()
-        self._in_hand: Any = None  # the message being handled, kept alive while we retry
         self._touches: set[asyncio.Task[None]] = set()
+        # One queue and one worker per target; failures per target for its own backoff.
+        self._queues: dict[str, collections.deque[Any]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._failures: dict[str, int] = {}
+        self._in_flight = 0
+        self._slot_freed = asyncio.Event()
+        self._fatal: BaseException | None = None  # what killed a worker kills the service, as in one task
 
     # --- one message -----------------------------------------------------
 
@@ -195,17 +226,30 @@ class Actuator:
             decision_id=decision.id,
             workload=f"{decision.namespace}/{decision.kind}/{decision.name}",
         )
-        self._in_hand = msg
+        target = msg.subject
         try:
-            result = await self._apply(decision, now)
+            refusal = (
+                None if is_too_old(decision, now, self.settings.max_decision_age) else self._admit(decision)
+            )
+            if refusal is not None:
+                self.metrics.refused.labels(cause=refusal.cause.value).inc()
+                result = Result(Outcome.REFUSED, None, None, refusal.detail)
+            else:
+                result = await self._apply(decision, now, msg)
         except RetryLater as e:
-            log.warning("decision_retry_later", error=str(e), retry_in_s=RETRY_LATER_S)
-            await msg.nak(delay=RETRY_LATER_S)
+            failures = self._failures[target] = self._failures.get(target, 0) + 1
+            delay = min(RETRY_LATER_MAX_S, RETRY_LATER_S * 2 ** min(failures - 1, 10))
+            log.warning("decision_retry_later", error=str(e), retry_in_s=delay, failures=failures)
+            await msg.nak(delay=delay)
             return
-        finally:
-            self._in_hand = None
+        self._failures.pop(target, None)
         await self._report(decision, result, log)
         await msg.ack()
+
+    def _admit(self, decision: Decision) -> Refusal | None:
+        if not self.policies.synced.is_set():
+            raise RetryLater("the GPUScalers are not listed yet")
+        return admit(decision, self.policies.in_namespace(decision.namespace))
 
     def _check_subject(self, subject: str, decision: Decision) -> None:
         try:
@@ -220,7 +264,7 @@ class Actuator:
         if self.once.first(subject, e.code):
             self.log.warning("decision_rejected", subject=subject, reason=e.code, detail=e.detail)
 
-    async def _apply(self, decision: Decision, now: float) -> Result:
+    async def _apply(self, decision: Decision, now: float, msg: Any) -> Result:
         early = too_old_step(decision, now, self.settings.max_decision_age)
         if early is not None:
             return Result(early.outcome or Outcome.SKIPPED_STALE, None, None, early.why)
@@ -228,7 +272,7 @@ class Actuator:
         recorded = await self._is_recorded(decision.id)
         try:
             for attempt in (1, 2):
-                state, last_id, uid, atomic = await self._read(ref)
+                state, last_id, uid, atomic = await self._read(ref, msg)
                 step = plan_step(
                     decision,
                     current_replicas=state.replicas,
@@ -241,13 +285,13 @@ class Actuator:
                     return self._report_result(step, state, uid)
                 try:
                     try:
-                        after = await self._patch(decision, ref, step, state, atomic)
+                        after = await self._patch(decision, ref, step, state, atomic, msg)
                     except Forbidden as e:
                         if not atomic:
                             raise
                         self._fall_back_to_scale(ref, e)
                         # The Scale's resourceVersion is the object's: the same precondition holds.
-                        after = await self._patch(decision, ref, step, state, False)
+                        after = await self._patch(decision, ref, step, state, False, msg)
                 except Conflict as e:
                     self.log.info("patch_conflict", decision_id=decision.id, attempt=attempt, error=e.message)
                     continue
@@ -278,16 +322,15 @@ class Actuator:
             outcome, state.replicas, state.replicas, error, already_applied=step.already_applied, uid=uid
         )
 
-    async def _retrying(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+    async def _retrying(self, fn: Callable[[], Awaitable[Any]], msg: Any) -> Any:
         def on_retry(e: KubeError, attempt: int, delay: float) -> None:
             self.metrics.kube_retries.labels(error=type(e).__name__).inc()
             self.log.info("kube_retry", error=str(e)[:200], attempt=attempt, delay_s=round(delay, 3))
             # Backing off can outlast ack_wait: tell JetStream we are on it, so that
             # a replica that just took the lease over is not handed the same decision.
-            if self._in_hand is not None:
-                touch = asyncio.create_task(_in_progress(self._in_hand))
-                self._touches.add(touch)
-                touch.add_done_callback(self._touches.discard)
+            touch = asyncio.create_task(_in_progress(msg))
+            self._touches.add(touch)
+            touch.add_done_callback(self._touches.discard)
 
         return await retry_with_backoff(
             fn, attempts=6, base_s=0.2, cap_s=5.0, stop=self.stop, on_retry=on_retry
@@ -310,11 +353,11 @@ class Actuator:
             consequence="exactly-once relies on the applied-decisions record, not on an atomic annotation",
         )
 
-    async def _read(self, ref: ScaleTargetRef) -> tuple[ScaleState, str | None, str | None, bool]:
+    async def _read(self, ref: ScaleTargetRef, msg: Any) -> tuple[ScaleState, str | None, str | None, bool]:
         """(state, last applied decision id, uid, atomic) of the target."""
         if self._atomic(ref):
             try:
-                obj: dict[str, Any] = await self._retrying(functools.partial(self.scale.get_object, ref))
+                obj: dict[str, Any] = await self._retrying(functools.partial(self.scale.get_object, ref), msg)
             except Forbidden as e:
                 self._fall_back_to_scale(ref, e)
             else:
@@ -327,11 +370,11 @@ class Actuator:
                     str(uid) if uid else None,
                     True,
                 )
-        state: ScaleState = await self._retrying(functools.partial(self.scale.get, ref))
+        state: ScaleState = await self._retrying(functools.partial(self.scale.get, ref), msg)
         return state, None, None, False
 
     async def _patch(
-        self, decision: Decision, ref: ScaleTargetRef, step: Step, state: ScaleState, atomic: bool
+        self, decision: Decision, ref: ScaleTargetRef, step: Step, state: ScaleState, atomic: bool, msg: Any
     ) -> ScaleState:
         if not self.elector.is_leader:
             # Fencing: we lost the lease while handling this decision; the new leader gets it.
@@ -342,7 +385,8 @@ class Actuator:
         after: ScaleState = await self._retrying(
             functools.partial(
                 self.scale.patch_replicas, ref, replicas, state.resource_version, annotations=annotations
-            )
+            ),
+            msg,
         )
         self.metrics.patch_latency.observe(time.perf_counter() - started)
         if self.hooks.after_patch is not None:
@@ -423,24 +467,26 @@ class Actuator:
     # --- the loop ----------------------------------------------------------
 
     async def consume(self, js: JetStreamContext) -> None:
-        """Fetch and handle decisions one at a time, only while leading."""
+        """Fetch decisions while leading and hand each to its target's worker,
+        never more than ``--max-in-flight`` at a time."""
         sub = None
+        limit = self.settings.max_in_flight
         while not self.stop.is_set():
+            if self._fatal is not None:
+                raise self._fatal
             if not self.elector.is_leader:
                 await _first(self.elector.wait_until_leader(), self.stop.wait())
                 if not self.elector.is_leader:  # leading, but our renewals lapsed: no busy loop
                     await sleep_unless_stopped(self.stop, 0.2)
                 continue
+            if self._in_flight >= limit:
+                self._slot_freed.clear()
+                await _first(self._slot_freed.wait(), self.stop.wait())
+                continue
             try:
                 if sub is None:
-                    sub = await js.pull_subscribe(
-                        subjects.DECISIONS_ALL,
-                        durable=DURABLE,
-                        stream=subjects.DECISIONS_STREAM,
-                        config=consumer_config(self.settings.ack_wait),
-                    )
-                    self.log.info("consumer_bound", durable=DURABLE, stream=subjects.DECISIONS_STREAM)
-                msgs = await sub.fetch(1, timeout=FETCH_TIMEOUT_S)
+                    sub = await self._subscribe(js)
+                msgs = await sub.fetch(limit - self._in_flight, timeout=FETCH_TIMEOUT_S)
             except TimeoutError:
                 continue
             except Exception as e:  # noqa: BLE001 - NATS outage or consumer trouble: wait, go on
@@ -450,28 +496,79 @@ class Actuator:
                 continue
             self.once.forget("fetch", "TimeoutError")
             for msg in msgs:
-                if not self.elector.is_leader:
-                    with contextlib.suppress(Exception):
-                        await msg.nak()
-                    continue
-                try:
-                    await self.handle(msg)
-                except Exception as e:  # nothing a message does may stop the loop
-                    self.log.error("decision_handling_error", error=f"{type(e).__name__}: {e}", exc_info=e)
-                    with contextlib.suppress(Exception):
-                        await msg.nak(delay=RETRY_LATER_S)
+                self._dispatch(msg)
+        await self._drain_workers()
         if sub is not None:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
+    async def _subscribe(self, js: JetStreamContext) -> Any:
+        # Create or update: a consumer made by an older actuator (one decision at
+        # a time) takes the in-flight limit of this one.
+        await js.add_consumer(subjects.DECISIONS_STREAM, consumer_config(self.settings))
+        sub = await js.pull_subscribe(
+            subjects.DECISIONS_ALL, durable=DURABLE, stream=subjects.DECISIONS_STREAM
+        )
+        self.log.info("consumer_bound", durable=DURABLE, stream=subjects.DECISIONS_STREAM)
+        return sub
 
-def consumer_config(ack_wait_s: float) -> ConsumerConfig:
+    def _dispatch(self, msg: Any) -> None:
+        """Queue ``msg`` behind the decisions for the same target (its subject)."""
+        self._in_flight += 1
+        self.metrics.in_flight.set(self._in_flight)
+        target = str(msg.subject)
+        self._queues.setdefault(target, collections.deque()).append(msg)
+        if target not in self._workers:
+            worker = self._workers[target] = asyncio.create_task(self._work(target))
+            worker.add_done_callback(self._worker_done)
+
+    def _worker_done(self, worker: asyncio.Task[None]) -> None:
+        if not worker.cancelled() and worker.exception() is not None:
+            self._fatal = worker.exception()
+            self._slot_freed.set()
+
+    async def _work(self, target: str) -> None:
+        queue = self._queues[target]
+        try:
+            while queue:
+                msg = queue.popleft()
+                try:
+                    if not self.elector.is_leader:
+                        await msg.nak()  # the new leader takes it
+                    else:
+                        await self.handle(msg)
+                except Exception as e:  # nothing a message does may stop the worker
+                    self.log.error("decision_handling_error", error=f"{type(e).__name__}: {e}", exc_info=e)
+                    with contextlib.suppress(Exception):
+                        await msg.nak(delay=RETRY_LATER_S)
+                finally:
+                    self._in_flight -= 1
+                    self.metrics.in_flight.set(self._in_flight)
+                    self._slot_freed.set()
+        finally:
+            del self._workers[target]
+            if not queue:
+                del self._queues[target]
+
+    async def _drain_workers(self) -> None:
+        """At shutdown: let the decisions in hand finish (bounded); the rest are redelivered."""
+        for queue in self._queues.values():
+            while queue:
+                msg = queue.popleft()
+                self._in_flight -= 1
+                with contextlib.suppress(Exception):
+                    await msg.nak()
+        if self._workers:
+            await asyncio.wait(set(self._workers.values()), timeout=SHUTDOWN_WAIT_S)
+
+
+def consumer_config(settings: ActuatorSettings) -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=DURABLE,
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
-        ack_wait=ack_wait_s,
-        max_ack_pending=1,  # one at a time, in order: see the module docstring
+        ack_wait=settings.ack_wait,
+        max_ack_pending=settings.max_in_flight,  # the server holds back the rest: see the module docstring
         max_deliver=-1,
         filter_subject=subjects.DECISIONS_ALL,
     )
@@ -550,6 +647,7 @@ async def serve(ctx: ServiceContext, hooks: Hooks | None = None) -> None:
                 creds=str(settings.nats_creds) if settings.nats_creds else None,
                 tls_ca=str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
                 stop=ctx.stop,
+                on_closed=ctx.reopen,
             )
         except Exception:
             if ctx.stop.is_set():
@@ -570,10 +668,16 @@ async def serve(ctx: ServiceContext, hooks: Hooks | None = None) -> None:
             on_started_leading=lambda: metrics.leader.set(1),
             on_stopped_leading=lambda: metrics.leader.set(0),
         )
+        policies = PolicyView(api, settings.policies)
+        ctx.http.add_readiness(
+            "gpuscalers",
+            lambda: (policies.synced.is_set(), "listed" if policies.synced.is_set() else "not listed yet"),
+        )
         actuator = Actuator(
-            settings, ctx.metrics, metrics, nc, applied, api, elector, ctx.stop, hooks or Hooks()
+            settings, ctx.metrics, metrics, nc, applied, api, elector, ctx.stop, hooks or Hooks(), policies
         )
         log.info("actuator_started", dry_run=settings.dry_run, lease=settings.lease_name)
+        tasks.append(asyncio.create_task(policies.run(ctx.stop)))
         tasks.append(asyncio.create_task(elector.run(ctx.stop)))
         await actuator.consume(js)
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -9,10 +9,12 @@ from gpuscale.settings import (
     CommonSettings,
     LeaseSettings,
     boolean,
+    existing_file,
     lease_name_option,
     option,
     path,
     port,
+    positive_int,
     seconds,
 )
 
@@ -44,6 +46,20 @@ class ActuatorSettings(LeaseSettings, CommonSettings):
         env="GPUSCALE_MAX_DECISION_AGE",
         parse=seconds,
         help="decisions older than this are skipped as stale (seconds)",
+    )
+    policies: Path | None = option(
+        None,
+        "--policies",
+        env="GPUSCALE_POLICIES",
+        parse=existing_file,
+        help="the GPUScalers to check decisions against, from the decider's YAML file instead of the cluster",
+    )
+    max_in_flight: int = option(
+        16,
+        "--max-in-flight",
+        env="GPUSCALE_MAX_IN_FLIGHT",
+        parse=positive_int,
+        help="decisions applied at the same time, each to another target (one at a time per target)",
     )
     ack_wait: float = option(
         60.0,

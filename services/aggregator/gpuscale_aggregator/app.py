@@ -426,6 +426,7 @@ class AggregatorService:
                 tls_ca=str(self.settings.nats_tls_ca) if self.settings.nats_tls_ca else None,
                 reconnect_wait_s=0.5,
                 stop=ctx.stop,
+                on_closed=ctx.reopen,
             )
         except Exception:  # noqa: BLE001 - stop was requested before NATS ever answered
             return

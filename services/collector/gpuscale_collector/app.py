@@ -239,6 +239,7 @@ class Collector:
                 tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
                 reconnect_wait_s=0.5,
                 stop=self.ctx.stop,
+                on_closed=self.ctx.reopen,
             )
         except Exception:  # noqa: BLE001 - connect only gives up when we are stopping
             return

@@ -33,13 +33,13 @@ from gpuscale.natsio import (
     is_connected,
     jetstream,
 )
+from gpuscale.policyfile import WatchedPolicyFile
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision
 from gpuscale_decider.core.reconcile import Config
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.kubeio import ConflictFinder, EventWriter, GPUScalerWatcher, StatusWriter
 from gpuscale_decider.pods import PodCache
-from gpuscale_decider.policies import PolicyFileError, load_policy_file
 from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, StatusSink
 from gpuscale_decider.settings import DeciderSettings
 from gpuscale_decider.sources import KubeScaleSource, KvStateStore
@@ -74,34 +74,27 @@ async def _retry(ctx: ServiceContext, what: str, fn: Any) -> Any:
 
 
 class _PolicyFile:
-    """``--policies``: load at start and again whenever the file changes. An
-    unreadable file (mid-rename, broken YAML) keeps the policies loaded before."""
+    """``--policies`` into the registry, counted and logged once per problem."""
 
     def __init__(self, path: Path, decider: Decider) -> None:
-        self.path = path
+        self.file = WatchedPolicyFile(path)
         self.decider = decider
-        self.mtime: float | None = None
-        self.failed: str | None = None
+        self.reported: str | None = None
 
     def reload_if_changed(self) -> None:
-        try:
-            mtime = self.path.stat().st_mtime
-        except OSError:
-            mtime = None
-        if mtime is not None and mtime == self.mtime:
+        loaded = self.file.reload_if_changed()
+        if self.file.failed is not None and self.file.failed != self.reported:
+            self.reported = self.file.failed
+            self.decider.m.invalid_policies.labels(field="file").inc()
+            self.decider.log.error("policy_file_unreadable", path=str(self.file.path), error=self.file.failed)
+        if loaded is None:
             return
-        try:
-            valid, invalid = load_policy_file(self.path)
-        except PolicyFileError as e:
-            if self.failed != str(e):
-                self.failed = str(e)
-                self.decider.m.invalid_policies.labels(field="file").inc()
-                self.decider.log.error("policy_file_unreadable", path=str(self.path), error=str(e))
-            return
-        self.mtime = mtime
-        self.failed = None
+        self.reported = None
+        valid, invalid = loaded
         self.decider.registry.set_policies(valid, invalid)
-        self.decider.log.info("policies_loaded", path=str(self.path), valid=len(valid), invalid=len(invalid))
+        self.decider.log.info(
+            "policies_loaded", path=str(self.file.path), valid=len(valid), invalid=len(invalid)
+        )
 
 
 async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | None = None) -> None:
@@ -117,6 +110,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         creds=str(s.nats_creds) if s.nats_creds else None,
         tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
         stop=ctx.stop,
+        on_closed=ctx.reopen,
     )
     js = jetstream(nc)
     await _retry(

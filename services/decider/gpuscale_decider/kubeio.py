@@ -4,7 +4,6 @@ writes, and the search for other controllers (HPA, KEDA) on the same targets."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections import deque
@@ -12,8 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kubernetes_asyncio import watch
-from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
+from kubernetes_asyncio.client import ApiClient
 
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.kube import (
@@ -26,10 +24,9 @@ from gpuscale.kube import (
     record_event,
     request_json,
 )
+from gpuscale.kubewatch import Reflector
 from gpuscale.logging import OncePerKey, get_logger
-from gpuscale.subjects import WorkloadKey
-from gpuscale_decider.core.events import EventSpec
-from gpuscale_decider.core.policy import (
+from gpuscale.policy import (
     API_GROUP,
     API_VERSION,
     KIND,
@@ -38,10 +35,11 @@ from gpuscale_decider.core.policy import (
     object_identity,
     parse_gpuscaler,
 )
-from gpuscale_decider.policies import InvalidPolicy
+from gpuscale.policyfile import InvalidPolicy
+from gpuscale.subjects import WorkloadKey
+from gpuscale_decider.core.events import EventSpec
 from gpuscale_decider.registry import Registry
 
-WATCH_TIMEOUT_S: Final = 60
 # Status keys the decider owns: a merge patch sets the ones it leaves out to null.
 STATUS_KEYS: Final = (
     "observedGeneration",
@@ -72,10 +70,6 @@ def apply_object(decider: Registry, obj: Mapping[str, Any]) -> None:
     decider.upsert_policy(scaler, status)
 
 
-async def _sleep_or_stop(stop: asyncio.Event, delay: float) -> None:
-    await sleep_unless_stopped(stop, delay)
-
-
 async def _woken(wake: asyncio.Event, stop_task: asyncio.Task[Any]) -> None:
     """Until ``wake`` is set (then clear it) or the stop task ends."""
     waiting = asyncio.create_task(wake.wait())
@@ -85,100 +79,37 @@ async def _woken(wake: asyncio.Event, stop_task: asyncio.Task[Any]) -> None:
 
 
 class GPUScalerWatcher:
-    """List, then watch from the list's resourceVersion; relist after any error."""
+    """Every GPUScaler of the cluster, listed then watched, into the registry."""
 
-    def __init__(self, api: ApiClient, decider: Registry) -> None:
-        self.api = api
-        self.custom = CustomObjectsApi(api)
-        self.decider = decider
-        self.synced = asyncio.Event()
-        self.log = get_logger(component="gpuscaler_watch")
+    def __init__(self, api: ApiClient, registry: Registry) -> None:
+        self.registry = registry
+        path = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"
+        self.reflector = Reflector(api, path, on_list=self._listed, on_event=self._event, what="gpuscalers")
+        self.synced = self.reflector.synced
 
     async def run(self, stop: asyncio.Event) -> None:
-        attempt = 0
-        while not stop.is_set():
-            try:
-                rv = await self._relist()
-                attempt = 0
-                await self._watch(rv, stop)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - API down, 410 Gone, a bad answer: relist after a backoff
-                attempt += 1
-                delay = max(0.2, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
-                if attempt == 1 or attempt % 10 == 0:
-                    self.log.warning(
-                        "gpuscaler_watch_failed", attempt=attempt, error=f"{type(e).__name__}: {e}"
-                    )
-                await _sleep_or_stop(stop, delay)
+        await self.reflector.run(stop)
 
-    async def _relist(self) -> str:
-        doc = await self.custom.list_cluster_custom_object(API_GROUP, API_VERSION, PLURAL)
+    def _listed(self, items: Sequence[Mapping[str, Any]]) -> None:
         valid = []
         invalid = []
         statuses: dict[tuple[str, str], Mapping[str, Any]] = {}
-        for obj in doc.get("items") or []:
+        for obj in items:
             try:
                 scaler = parse_gpuscaler(obj)
             except PolicyError as e:
-                ns, name = _identity(obj)
-                invalid.append(InvalidPolicy(ns, name, e, obj))
+                invalid.append(InvalidPolicy(*_identity(obj), e, obj))
                 continue
             valid.append(scaler)
             if isinstance(obj.get("status"), Mapping):
                 statuses[(scaler.namespace, scaler.name)] = obj["status"]
-        self.decider.set_policies(valid, invalid, statuses)
-        self.synced.set()
-        rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
-        self.log.info("gpuscalers_listed", valid=len(valid), invalid=len(invalid), resource_version=rv)
-        return rv
+        self.registry.set_policies(valid, invalid, statuses)
 
-    async def _watch(self, rv: str, stop: asyncio.Event) -> None:
-        w = watch.Watch()
-        stop_task = asyncio.create_task(stop.wait())
-        try:
-            while not stop.is_set():
-                stream = w.stream(
-                    self.custom.list_cluster_custom_object,
-                    API_GROUP,
-                    API_VERSION,
-                    PLURAL,
-                    resource_version=rv,
-                    timeout_seconds=WATCH_TIMEOUT_S,
-                )
-                iterator = stream.__aiter__()
-                while True:
-                    next_event = asyncio.ensure_future(iterator.__anext__())
-                    done, _ = await asyncio.wait({next_event, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-                    if next_event not in done:
-                        next_event.cancel()
-                        with contextlib.suppress(BaseException):
-                            await next_event
-                        return
-                    try:
-                        event = next_event.result()
-                    except StopAsyncIteration:
-                        break  # the server closed the watch (timeoutSeconds): watch again from rv
-                    rv = self._apply(event, rv)
-        finally:
-            stop_task.cancel()
-            w.stop()
-
-    def _apply(self, event: Mapping[str, Any], rv: str) -> str:
-        kind = event.get("type")
-        obj = event.get("object")
-        if kind == "ERROR":
-            raise KubeError(
-                int((obj or {}).get("code") or 0), str((obj or {}).get("message") or "watch error")
-            )
-        if not isinstance(obj, Mapping):
-            return rv
-        new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-        if kind in ("ADDED", "MODIFIED"):
-            apply_object(self.decider, obj)
-        elif kind == "DELETED":
-            self.decider.remove_policy(*_identity(obj))
-        return new_rv
+    def _event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            self.registry.remove_policy(*_identity(obj))
+        else:
+            apply_object(self.registry, obj)
 
 
 class StatusWriter:
@@ -215,7 +146,7 @@ class StatusWriter:
                     # keep the newest: put it back unless a newer one arrived meanwhile
                     self._pending.setdefault((namespace, name), status)
                     attempt += 1
-                    await _sleep_or_stop(stop, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
+                    await sleep_unless_stopped(stop, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
         finally:
             stop_task.cancel()
 
@@ -432,4 +363,4 @@ class ConflictFinder:
             except KubeError as e:
                 if self._once.first("failed"):
                     self.log.warning("conflict_check_failed", error=str(e))
-            await _sleep_or_stop(stop, self.interval_s)
+            await sleep_unless_stopped(stop, self.interval_s)

@@ -14,14 +14,14 @@ from typing import Any, Protocol
 
 from gpuscale.kube import ScaleTargetRef
 from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.policy import GPUScaler, PolicyError
+from gpuscale.policyfile import InvalidPolicy
 from gpuscale.subjects import WorkloadKey
 from gpuscale_decider.core.conditions import Reason
 from gpuscale_decider.core.events import EventSpec, condition_events
-from gpuscale_decider.core.policy import GPUScaler, PolicyError
 from gpuscale_decider.core.reconcile import Evaluation, Memory, Observation
 from gpuscale_decider.core.status import blocked_status, invalid_status, parse_rfc3339, status_differs
 from gpuscale_decider.metrics import DeciderMetrics
-from gpuscale_decider.policies import InvalidPolicy
 
 
 class StatusSink(Protocol):

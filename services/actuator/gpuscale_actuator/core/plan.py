@@ -25,6 +25,7 @@ class Outcome(StrEnum):
     SKIPPED_DRY_RUN = "skipped_dry_run"
     CONFLICT_RETRIED = "conflict_retried"
     FAILED = "failed"
+    REFUSED = "refused"  # not admissible: no API call was made (core.admit)
 
 
 class StepKind(StrEnum):

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from gpuscale.policy import GPUScalerSpec, RatePolicy, ScalingRules
 from gpuscale_decider.core.conditions import (
     NOT_LIMITED,
     READY,
@@ -26,7 +27,6 @@ from gpuscale_decider.core.conditions import (
     able,
     limited,
 )
-from gpuscale_decider.core.policy import GPUScalerSpec, RatePolicy, ScalingRules
 from gpuscale_decider.core.replicas import count_pods
 from gpuscale_decider.core.state import ScalerState, TimedValue
 

@@ -36,6 +36,7 @@ class Reason(StrEnum):
     INVALID_POLICY = "InvalidPolicy"
     WAITING_FOR_ACTUATOR = "WaitingForActuator"
     FAILED_RESCALE = "FailedRescale"
+    SHADOW_MODE = "ShadowMode"
     # ScalingActive
     VALID_METRIC_FOUND = "ValidMetricFound"
     FAILED_GET_GPU_METRICS = "FailedGetGPUMetrics"
@@ -135,9 +136,14 @@ NOT_READY = frozenset(
     {Reason.CONFLICTING_CONTROLLER, Reason.FAILED_GET_SCALE, Reason.INVALID_POLICY, Reason.FAILED_RESCALE}
 )
 # Deliberate states: ScalingActive False while paused or at 0 replicas, AbleToScale
-# False during a cooldown.
+# False during a cooldown or in shadow mode.
 _DELIBERATE = frozenset(
-    {Reason.SCALING_DISABLED.value, Reason.BACKOFF_UPSCALE.value, Reason.BACKOFF_DOWNSCALE.value}
+    {
+        Reason.SCALING_DISABLED.value,
+        Reason.BACKOFF_UPSCALE.value,
+        Reason.BACKOFF_DOWNSCALE.value,
+        Reason.SHADOW_MODE.value,
+    }
 )
 
 

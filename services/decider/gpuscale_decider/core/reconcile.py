@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
+from gpuscale.policy import GPUScaler, GPUScalerSpec, Mode
 from gpuscale.wire import Action, WorkloadMetrics
 from gpuscale_decider.core.behavior import Direction, clamp_rate_and_bounds, cooldown, normalize
 from gpuscale_decider.core.conditions import (
@@ -35,7 +36,6 @@ from gpuscale_decider.core.conditions import (
     limited,
 )
 from gpuscale_decider.core.events import EventSpec, condition_events
-from gpuscale_decider.core.policy import GPUScaler, GPUScalerSpec
 from gpuscale_decider.core.replicas import (
     MetricProposal,
     PodView,
@@ -186,6 +186,7 @@ class Step:
     decision: PlannedDecision | None = None
     status: dict[str, Any] | None = None
     notes: tuple[tuple[Note, Pending], ...] = ()
+    advice: PlannedDecision | None = None  # spec.mode Shadow: what gpuscale would decide
     # Events on the GPUScaler for the conditions that changed with this status
     # (the decision's own Event is recorded once it is published).
     events: tuple[EventSpec, ...] = ()
@@ -228,7 +229,11 @@ def reconcile(
     state = _seen(state, current, now)
     evaluation, state = _evaluate(spec, current, target, pods, observation, state, now, config)
 
-    if target.conflict is not None:
+    shadow = spec.mode is Mode.SHADOW
+    advice: PlannedDecision | None = None
+    if shadow:
+        evaluation, advice, state = _shadow(scaler, evaluation, observation, state, target.conflict, now)
+    elif target.conflict is not None:
         conflict = target.conflict
         usage = evaluation.usage if evaluation.fresh else None
         return _with_status(
@@ -249,15 +254,16 @@ def reconcile(
         )
 
     decision: PlannedDecision | None = None
-    if state.pending is not None and evaluation.change:
-        evaluation = _waiting(evaluation, state.pending)
-    elif evaluation.change and state.retry_at is not None and now < state.retry_at:
-        evaluation = _backing_off(evaluation, state, now)
-    elif evaluation.change:
-        decision = _plan(scaler, evaluation, observation, state, now)
-        state = replace(
-            state, pending=Pending(decision.id, decision.from_replicas, decision.to_replicas, now)
-        )
+    if not shadow and evaluation.change:
+        if state.pending is not None:
+            evaluation = _waiting(evaluation, state.pending)
+        elif state.retry_at is not None and now < state.retry_at:
+            evaluation = _backing_off(evaluation, state, now)
+        else:
+            decision = _plan(scaler, evaluation, observation, state, now)
+            state = replace(
+                state, pending=Pending(decision.id, decision.from_replicas, decision.to_replicas, now)
+            )
     last_scale_time = state.last_scale_time
     final = evaluation
     signature = (
@@ -270,7 +276,7 @@ def reconcile(
         scaler.generation,
     )
     return _with_status(
-        Step(Memory(state, memory.written), final, decision, None, notes),
+        Step(Memory(state, memory.written), final, decision, None, notes, advice),
         signature,
         lambda: evaluation_status(spec, scaler.generation, final, last_scale_time, previous, now),
         now,
@@ -360,6 +366,39 @@ def _waiting(evaluation: Evaluation, pending: Pending) -> Evaluation:
             ),
         ),
     )
+
+
+def _shadow(
+    scaler: GPUScaler,
+    evaluation: Evaluation,
+    observation: Observation | None,
+    state: ScalerState,
+    owner: str | None,
+    now: float,
+) -> tuple[Evaluation, PlannedDecision | None, ScalerState]:
+    """``spec.mode: Shadow``: the evaluation stands, another controller (if
+    any) owns the target, and what gpuscale would decide is advice, published
+    once for each new (from, to) rather than on every message."""
+    who = f"{owner} owns the target" if owner is not None else "no controller is named"
+    if evaluation.change:
+        verdict = f"shadow mode: would scale {evaluation.current} → {evaluation.desired}; {who}"
+    else:
+        verdict = f"shadow mode: would keep {evaluation.current}; {who}"
+    shadowed = replace(
+        evaluation,
+        steps=(*evaluation.steps, verdict),
+        conditions=replace(
+            evaluation.conditions,
+            able_to_scale=able(
+                False, Reason.SHADOW_MODE, f"spec.mode is Shadow: gpuscale advises and changes nothing; {who}"
+            ),
+        ),
+    )
+    wanted = (evaluation.current, evaluation.desired) if evaluation.change else None
+    if wanted == state.last_advice:
+        return shadowed, None, state
+    advice = _plan(scaler, shadowed, observation, state, now) if wanted is not None else None
+    return shadowed, advice, replace(state, last_advice=wanted)
 
 
 def _backing_off(evaluation: Evaluation, state: ScalerState, now: float) -> Evaluation:

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpuscale_decider.core.policy import NotReadyPods
+from gpuscale.policy import NotReadyPods
 
 
 class Phase(StrEnum):

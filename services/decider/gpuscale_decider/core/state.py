@@ -45,6 +45,8 @@ class ScalerState:
     failures: int = 0
     retry_at: float | None = None
     last_failure: str = ""
+    # Shadow mode: the (from, to) last advised, so advice goes out once per change.
+    last_advice: tuple[int, int] | None = None
 
     @property
     def last_scale_time(self) -> float | None:
@@ -65,6 +67,7 @@ class ScalerState:
             "failures": self.failures,
             "retry_at": self.retry_at,
             "last_failure": self.last_failure,
+            "last_advice": list(self.last_advice) if self.last_advice is not None else None,
         }
 
     @classmethod
@@ -114,7 +117,14 @@ class ScalerState:
             failures=failures if isinstance(failures := m.get("failures"), int) and failures >= 0 else 0,
             retry_at=opt_ts("retry_at"),
             last_failure=str(m.get("last_failure") or "")[:500],
+            last_advice=_pair(m.get("last_advice")),
         )
+
+
+def _pair(raw: Any) -> tuple[int, int] | None:
+    if isinstance(raw, list) and len(raw) == 2 and all(type(v) is int for v in raw):
+        return (raw[0], raw[1])
+    return None
 
 
 def record_scale(

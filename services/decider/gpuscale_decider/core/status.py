@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from gpuscale.policy import GPUScalerSpec, PolicyError
 from gpuscale_decider.core.conditions import Condition, Reason, able, active, limited, summary
-from gpuscale_decider.core.policy import GPUScalerSpec, PolicyError
 
 if TYPE_CHECKING:  # the evaluation's module builds statuses with this one
     from gpuscale_decider.core.reconcile import Evaluation

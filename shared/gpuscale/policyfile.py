@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from gpuscale_decider.core.policy import GPUScaler, PolicyError, object_identity, parse_gpuscaler
+from gpuscale.policy import GPUScaler, PolicyError, object_identity, parse_gpuscaler
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +58,30 @@ def load_policy_file(path: Path) -> tuple[list[GPUScaler], list[InvalidPolicy]]:
         line = f"line {where.line + 1}" if where is not None else "somewhere"
         raise PolicyFileError(f"{path}: not valid YAML at {line}: {e}") from None
     return parse_documents(docs)
+
+
+class WatchedPolicyFile:
+    """``--policies``: loaded at start and again whenever the file changes.
+    An unreadable file (mid-rename, broken YAML) keeps what was loaded before:
+    :meth:`reload_if_changed` then returns None and :attr:`failed` says why."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.mtime: float | None = None
+        self.failed: str | None = None
+
+    def reload_if_changed(self) -> tuple[list[GPUScaler], list[InvalidPolicy]] | None:
+        """The policies when the file changed and reads well, else None."""
+        try:
+            mtime: float | None = self.path.stat().st_mtime
+        except OSError:
+            mtime = None
+        if mtime is not None and mtime == self.mtime:
+            return None
+        try:
+            loaded = load_policy_file(self.path)
+        except PolicyFileError as e:
+            self.failed = str(e)
+            return None
+        self.mtime, self.failed = mtime, None
+        return loaded

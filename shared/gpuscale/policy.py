@@ -1,4 +1,6 @@
-"""The GPUScaler policy (DESIGN.md §4) as a typed, validated model.
+"""The GPUScaler policy (DESIGN.md §4) as a typed, validated model: the
+contract between a user and gpuscale, read by the decider (to decide) and
+the actuator (to refuse what the policy does not allow).
 
 :func:`parse_gpuscaler` takes the object as a plain map (from the API server
 or a YAML file) and returns a :class:`GPUScaler`, or raises
@@ -14,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from gpuscale.wire import METRIC_NAMES
 
@@ -42,6 +44,19 @@ class NotReadyPods(StrEnum):
 
     MISSING = "Missing"
     COUNTED = "Counted"
+
+
+class Mode(StrEnum):
+    """``spec.mode``. Active: gpuscale scales the target. Shadow: gpuscale
+    evaluates the policy even while another controller owns the target and
+    publishes what it would do (``gpuscale.v1.advice.…``), never a decision,
+    so a team can compare before it switches."""
+
+    ACTIVE = "Active"
+    SHADOW = "Shadow"
+
+
+E = TypeVar("E", bound=StrEnum)
 
 
 class PolicyError(ValueError):
@@ -113,6 +128,7 @@ class GPUScalerSpec:
     fallback: Fallback | None = None
     paused: bool = False
     not_ready_pods: NotReadyPods = NotReadyPods.MISSING
+    mode: Mode = Mode.ACTIVE
 
     @property
     def scale_up_tolerance(self) -> float:
@@ -254,6 +270,16 @@ class _Collector:
             return default
         return seconds
 
+    def choice(self, m: Mapping[str, Any], key: str, path: str, default: E) -> E:
+        """One value of ``default``'s enum, by its value."""
+        raw = m.get(key, default.value)
+        try:
+            return type(default)(raw)
+        except ValueError:
+            choices = ", ".join(v.value for v in type(default))
+            self.add(f"{path}.{key}", f"must be one of {choices}, got {raw!r}")
+            return default
+
     def string(self, m: Mapping[str, Any], key: str, path: str, default: str | None = None) -> str:
         value = m.get(key)
         where = f"{path}.{key}"
@@ -394,13 +420,8 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
     if not isinstance(paused, bool):
         c.add("spec.paused", f"must be true or false, got {paused!r}")
         paused = False
-    not_ready_raw = spec.get("notReadyPods", NotReadyPods.MISSING.value)
-    try:
-        not_ready = NotReadyPods(not_ready_raw)
-    except ValueError:
-        choices = ", ".join(p.value for p in NotReadyPods)
-        c.add("spec.notReadyPods", f"must be one of {choices}, got {not_ready_raw!r}")
-        not_ready = NotReadyPods.MISSING
+    not_ready = c.choice(spec, "notReadyPods", "spec", NotReadyPods.MISSING)
+    mode = c.choice(spec, "mode", "spec", Mode.ACTIVE)
 
     if c.problems or min_replicas is None or max_replicas is None or tolerance is None:
         raise PolicyError(c.problems or [("spec", "is incomplete")])
@@ -421,6 +442,7 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
             fallback=fallback,
             paused=paused,
             not_ready_pods=not_ready,
+            mode=mode,
         ),
     )
 

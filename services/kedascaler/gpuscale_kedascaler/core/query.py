@@ -1,0 +1,207 @@
+"""What KEDA and the HPA ask for: a workload's metric, as a typed query.
+
+Two front doors lead here, both pure (values in, values out):
+
+- KEDA's external scaler: the trigger's ``metadata`` (all strings) names the
+  workload, the metric and the target (:func:`parse_scaler_metadata`).
+- The external metrics API: the metric name in the URL
+  (``gpuscale-gpu_util``, ``gpuscale-gpu_util-total``) and the label selector
+  ``workload=<name>[,kind=<Kind>]`` (:func:`parse_external_metric`).
+
+Values: ``average`` is the per-pod average over the workload's fresh pods
+(what a GPUScaler compares with its target); use it with a target of type
+``Value`` (HPA: ``desired = ceil(replicas × value / target)``). ``total`` is
+that average times the number of fresh pods; use it with ``AverageValue``
+(HPA: ``desired = ceil(total / target)``, KEDA's default ``metricType``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from gpuscale.subjects import WorkloadKey
+from gpuscale.wire import METRIC_NAMES
+
+METRIC_PREFIX: Final = "gpuscale-"
+TOTAL_SUFFIX: Final = "-total"
+WORKLOAD_KINDS: Final = ("Deployment", "StatefulSet")
+DEFAULT_KIND: Final = "Deployment"
+
+# Trigger metadata keys that KEDA itself reads for an external scaler (the
+# address and its TLS settings): passed along to us, not ours to judge.
+KEDA_OWN_KEYS: Final = frozenset(
+    {"scalerAddress", "tlsCertFile", "caCert", "tlsClientCert", "tlsClientKey", "unsafeSsl", "enableTLS"}
+)
+SCALER_KEYS: Final = ("workload", "namespace", "metric", "target", "activationTarget", "value")
+SELECTOR_KEYS: Final = ("workload", "kind")
+
+
+class ValueKind(StrEnum):
+    AVERAGE = "average"
+    TOTAL = "total"
+
+
+class QueryError(ValueError):
+    """A query that cannot be answered as asked; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadQuery:
+    """One metric of one workload, as a value of one kind."""
+
+    workload: WorkloadKey
+    metric: str
+    value: ValueKind = ValueKind.AVERAGE
+
+    @property
+    def metric_name(self) -> str:
+        """The name KEDA and the HPA know it by: ``gpuscale-gpu_util`` or ``gpuscale-gpu_util-total``."""
+        return external_metric_name(self.metric, self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalerQuery:
+    """A KEDA trigger's question: the workload's metric, its target and activation threshold."""
+
+    query: WorkloadQuery
+    target: float
+    activation_target: float = 0.0
+
+    @property
+    def metric_name(self) -> str:
+        return self.query.metric_name
+
+
+def external_metric_name(metric: str, value: ValueKind = ValueKind.AVERAGE) -> str:
+    suffix = TOTAL_SUFFIX if value is ValueKind.TOTAL else ""
+    return f"{METRIC_PREFIX}{metric}{suffix}"
+
+
+def all_external_metric_names() -> tuple[str, ...]:
+    return tuple(external_metric_name(m, v) for m in METRIC_NAMES for v in ValueKind)
+
+
+def parse_workload(text: str, kind: str | None = None) -> tuple[str, str, list[str]]:
+    """``name`` or ``Kind/name`` -> (kind, name, problems)."""
+    problems: list[str] = []
+    raw = text.strip()
+    given_kind, sep, name = raw.partition("/")
+    if not sep:
+        given_kind, name = "", raw
+    chosen = given_kind or (kind or "").strip() or DEFAULT_KIND
+    if given_kind and kind and kind.strip() and kind.strip() != given_kind:
+        problems.append(f"workload {raw!r} names kind {given_kind} but kind is {kind.strip()!r}")
+    if chosen not in WORKLOAD_KINDS:
+        problems.append(f"kind must be one of {', '.join(WORKLOAD_KINDS)}, got {chosen!r}")
+    if not name or "/" in name:
+        problems.append(f"workload must be <name> or <Kind>/<name>, got {text!r}")
+    return chosen, name, problems
+
+
+def _number(metadata: Mapping[str, str], key: str, problems: list[str], *, positive: bool) -> float | None:
+    raw = metadata.get(key)
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        problems.append(f"{key} must be a number, got {raw!r}")
+        return None
+    if not math.isfinite(value) or (value <= 0 if positive else value < 0):
+        problems.append(f"{key} must be {'greater than 0' if positive else 'at least 0'}, got {raw!r}")
+        return None
+    return value
+
+
+def parse_scaler_metadata(metadata: Mapping[str, str], default_namespace: str) -> ScalerQuery:
+    """A KEDA trigger's metadata as a query, or QueryError with every problem at once.
+
+    ``workload`` (``name`` or ``Kind/name``, Kind Deployment by default),
+    ``metric`` (a gpuscale metric), ``target`` (> 0) are required;
+    ``namespace`` defaults to the ScaledObject's, ``activationTarget`` to 0,
+    ``value`` to ``average``.
+    """
+    problems: list[str] = []
+    unknown = sorted(k for k in metadata if k not in SCALER_KEYS and k not in KEDA_OWN_KEYS)
+    if unknown:
+        problems.append(f"unknown metadata {', '.join(unknown)} (gpuscale reads {', '.join(SCALER_KEYS)})")
+    workload_text = (metadata.get("workload") or "").strip()
+    kind, name = DEFAULT_KIND, ""
+    if not workload_text:
+        problems.append("workload is required (the Deployment's name, or Kind/name)")
+    else:
+        kind, name, more = parse_workload(workload_text)
+        problems.extend(more)
+    namespace = (metadata.get("namespace") or "").strip() or default_namespace
+    if not namespace:
+        problems.append("namespace is required (the ScaledObject's namespace was not sent)")
+    metric = (metadata.get("metric") or "").strip()
+    if not metric:
+        problems.append(f"metric is required (one of {', '.join(METRIC_NAMES)})")
+    elif metric not in METRIC_NAMES:
+        problems.append(f"metric must be one of {', '.join(METRIC_NAMES)}, got {metric!r}")
+    target = _number(metadata, "target", problems, positive=True)
+    if target is None and not any(p.startswith("target ") for p in problems):
+        problems.append("target is required (the per-pod value to hold, in the metric's unit)")
+    activation = _number(metadata, "activationTarget", problems, positive=False)
+    value_text = (metadata.get("value") or ValueKind.AVERAGE.value).strip()
+    try:
+        value = ValueKind(value_text)
+    except ValueError:
+        problems.append(f"value must be average or total, got {value_text!r}")
+        value = ValueKind.AVERAGE
+    if problems or target is None:
+        raise QueryError(problems)
+    return ScalerQuery(
+        WorkloadQuery(WorkloadKey(namespace, kind, name), metric, value), target, activation or 0.0
+    )
+
+
+def parse_external_metric_name(metric_name: str) -> tuple[str, ValueKind]:
+    """``gpuscale-gpu_util`` -> (gpu_util, average); QueryError for any other name."""
+    if metric_name.startswith(METRIC_PREFIX):
+        body = metric_name.removeprefix(METRIC_PREFIX)
+        value = ValueKind.AVERAGE
+        if body.endswith(TOTAL_SUFFIX):
+            body, value = body.removesuffix(TOTAL_SUFFIX), ValueKind.TOTAL
+        if body in METRIC_NAMES:
+            return body, value
+    raise QueryError(
+        [
+            f"unknown metric {metric_name!r}: gpuscale serves "
+            f"{METRIC_PREFIX}<metric> and {METRIC_PREFIX}<metric>{TOTAL_SUFFIX} "
+            f"for {', '.join(METRIC_NAMES)}"
+        ]
+    )
+
+
+def parse_external_metric(namespace: str, metric_name: str, selector: Mapping[str, str]) -> WorkloadQuery:
+    """The external metrics API's request (namespace, metric, ``labelSelector`` as
+    equality terms) as a query, or QueryError naming every problem."""
+    problems: list[str] = []
+    metric, value = ValueKind.AVERAGE.value, ValueKind.AVERAGE
+    try:
+        metric, value = parse_external_metric_name(metric_name)
+    except QueryError as e:
+        problems.extend(e.problems)
+    unknown = sorted(k for k in selector if k not in SELECTOR_KEYS)
+    if unknown:
+        problems.append(f"unknown selector labels {', '.join(unknown)} (gpuscale reads workload and kind)")
+    kind, name = DEFAULT_KIND, ""
+    workload = selector.get("workload", "").strip()
+    if not workload:
+        problems.append("the label selector must name the workload: workload=<name>[,kind=Deployment]")
+    else:
+        kind, name, more = parse_workload(workload, selector.get("kind"))
+        problems.extend(more)
+    if problems:
+        raise QueryError(problems)
+    return WorkloadQuery(WorkloadKey(namespace, kind, name), metric, value)

@@ -1,0 +1,118 @@
+"""A keda-scaler in the test's event loop, fed by a real nats-server, and what the tests send it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack  # the wire contract's bytes, written independently of gpuscale.codec
+
+from gpuscale import settings as settings_mod
+from gpuscale.natsio import NATS
+from gpuscale.runtime import ServiceContext, run_async
+from gpuscale.subjects import WorkloadKey, metrics
+from gpuscale_kedascaler.app import KedaScalerService, serve
+from gpuscale_kedascaler.settings import KedaScalerSettings
+
+from ..waiting import eventually
+
+BERT = WorkloadKey("default", "Deployment", "bert")
+
+
+def settings_for(nats_url: str, **options: Any) -> KedaScalerSettings:
+    given = {"nats_url": nats_url, "http_port": "0", "grpc_port": "0", "api_port": "0", **options}
+    return settings_mod.build(KedaScalerSettings, given, {})
+
+
+def metrics_payload(
+    key: WorkloadKey = BERT,
+    averages: dict[str, float] | None = None,
+    *,
+    pods_fresh: int = 2,
+    pods_stale: int = 0,
+    ts: float | None = None,
+    window_s: float = 30.0,
+) -> dict[str, Any]:
+    """A v1 ``gpuscale.v1.metrics`` payload as DESIGN.md §3 spells it."""
+    ts = time.time() if ts is None else ts
+    values = {"gpu_util": 83.5} if averages is None else averages
+    return {
+        "v": 1,
+        "namespace": key.namespace,
+        "kind": key.kind,
+        "name": key.name,
+        "ts": ts,
+        "window_s": window_s,
+        "pods": [{"pod": f"{key.name}-{i}", "values": values, "last_seen": ts} for i in range(pods_fresh)],
+        "averages": values,
+        "pods_fresh": pods_fresh,
+        "pods_stale": pods_stale,
+    }
+
+
+def subject_of(payload: Any) -> str:
+    """The metrics subject of a payload's own workload (BERT's when it names none)."""
+    if isinstance(payload, dict) and all(
+        isinstance(payload.get(k), str) for k in ("namespace", "kind", "name")
+    ):
+        return metrics(WorkloadKey(payload["namespace"], payload["kind"], payload["name"]))
+    return metrics(BERT)
+
+
+async def publish(nc: NATS, payload: Any, subject: str | None = None) -> None:
+    data = payload if isinstance(payload, bytes) else msgpack.packb(payload, use_bin_type=True)
+    await nc.publish(subject or subject_of(payload), data)
+    await nc.flush()
+
+
+@dataclass
+class RunningScaler:
+    task: asyncio.Task[int]
+    ctx: ServiceContext
+    service: KedaScalerService
+
+    def counter(self, name: str, **labels: str) -> float:
+        value = self.ctx.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    async def fed(self, nc: NATS, payload: Any, subject: str | None = None) -> None:
+        """Publish and wait until the scaler has handled the message (kept, rejected or ignored)."""
+        before = self.counter("gpuscale_messages_in_total", kind="metrics")
+        await publish(nc, payload, subject)
+        await eventually(
+            lambda: self.counter("gpuscale_messages_in_total", kind="metrics") > before,
+            what="the keda-scaler to receive the message",
+        )
+
+    async def stop(self, timeout_s: float = 15.0) -> int:
+        self.ctx.stop.set()
+        return await asyncio.wait_for(self.task, timeout_s)
+
+
+@asynccontextmanager
+async def running_scaler(settings: KedaScalerSettings) -> AsyncIterator[RunningScaler]:
+    holder: dict[str, Any] = {}
+
+    async def wrapped(ctx: ServiceContext) -> None:
+        holder["ctx"] = ctx
+        await serve(ctx, on_service=lambda s: holder.setdefault("service", s))
+
+    task = asyncio.create_task(run_async("keda-scaler", settings, wrapped, http_port=0))
+
+    def started() -> bool:
+        if task.done():
+            raise RuntimeError(f"the keda-scaler stopped at start: {task.result()}")
+        service = holder.get("service")
+        return service is not None and service.serving and service.subscription is not None
+
+    await eventually(started, 20, "the keda-scaler to serve and connect")
+    running = RunningScaler(task, holder["ctx"], holder["service"])
+    try:
+        yield running
+    finally:
+        if not task.done():
+            await running.stop()

@@ -1,0 +1,305 @@
+"""The external metrics API (external.metrics.k8s.io/v1beta1) over HTTPS, called as the
+kube-apiserver's aggregation layer calls an APIService's backend.
+
+The HPA controller asks through the API server with k8s.io/metrics' external
+metrics client: ``GET /apis/external.metrics.k8s.io/v1beta1/namespaces/<ns>/<metric>
+?labelSelector=<the metric's selector>``; the aggregator proxies that request
+to the Service behind the APIService, over TLS, presenting its front-proxy
+client certificate, and checks availability with a GET of the group-version
+(discovery). These tests send exactly those requests: with aiohttp, and with the
+real kubectl (``get --raw``) as an independent client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ipaddress
+import json
+import shutil
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from gpuscale.embedded_nats import EmbeddedNats
+from gpuscale.natsio import NATS
+from gpuscale.subjects import WorkloadKey
+
+from ..waiting import eventually
+from .harness import RunningScaler, metrics_payload, running_scaler, settings_for
+
+pytestmark = pytest.mark.integration
+
+BASE = "/apis/external.metrics.k8s.io/v1beta1"
+KUBECTL = shutil.which("kubectl")
+
+
+@pytest.fixture
+async def scaler(nats_server: EmbeddedNats) -> AsyncIterator[RunningScaler]:
+    async with running_scaler(settings_for(nats_server.url)) as running:
+        yield running
+
+
+def trust(scaler: RunningScaler) -> ssl.SSLContext:
+    """A client context that verifies the scaler's own (self-signed) serving certificate."""
+    assert scaler.service.tls_cert_file is not None
+    return ssl.create_default_context(cafile=str(scaler.service.tls_cert_file))
+
+
+async def get(
+    scaler: RunningScaler, path: str, context: ssl.SSLContext | None = None, method: str = "GET"
+) -> tuple[int, Any]:
+    url = f"https://127.0.0.1:{scaler.service.api_port}{path}"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, url, ssl=context or trust(scaler)) as response,
+    ):
+        return response.status, json.loads(await response.text())
+
+
+async def test_discovery_names_every_metric(scaler: RunningScaler) -> None:
+    code, body = await get(scaler, BASE)
+    assert code == 200
+    assert (body["kind"], body["groupVersion"]) == ("APIResourceList", "external.metrics.k8s.io/v1beta1")
+    names = {r["name"] for r in body["resources"]}
+    assert {"gpuscale-gpu_util", "gpuscale-gpu_util-total", "gpuscale-sm_active", "gpuscale-power_w"} <= names
+    assert all(
+        r["namespaced"] and r["verbs"] == ["get"] and r["kind"] == "ExternalMetricValueList"
+        for r in body["resources"]
+    )
+    code, group = await get(scaler, "/apis/external.metrics.k8s.io")
+    assert code == 200
+    assert group["preferredVersion"] == {
+        "groupVersion": "external.metrics.k8s.io/v1beta1",
+        "version": "v1beta1",
+    }
+
+
+async def test_the_value_the_hpa_asks_for(scaler: RunningScaler, nats_client: NATS) -> None:
+    await scaler.fed(
+        nats_client, metrics_payload(averages={"gpu_util": 83.5, "gpu_mem_used_mib": 20480.0}, pods_fresh=2)
+    )
+    # metric.selector.matchLabels {workload: bert, kind: Deployment}, as client-go encodes it.
+    code, body = await get(
+        scaler,
+        f"{BASE}/namespaces/default/gpuscale-gpu_util?labelSelector=kind%3DDeployment%2Cworkload%3Dbert",
+    )
+    assert code == 200, body
+    assert (body["kind"], body["apiVersion"]) == (
+        "ExternalMetricValueList",
+        "external.metrics.k8s.io/v1beta1",
+    )
+    (item,) = body["items"]
+    assert item["metricName"] == "gpuscale-gpu_util"
+    assert item["metricLabels"] == {"workload": "bert", "kind": "Deployment"}
+    assert item["value"] == "83500m"
+    assert item["window"] == 30
+    stamp = dt.datetime.strptime(item["timestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    assert abs(stamp.timestamp() - dt.datetime.now(dt.UTC).timestamp()) < 60
+    code, body = await get(
+        scaler, f"{BASE}/namespaces/default/gpuscale-gpu_mem_used_mib-total?labelSelector=workload%3Dbert"
+    )
+    assert body["items"][0]["value"] == "40960"
+    assert (
+        scaler.counter(
+            "gpuscale_kedascaler_requests_total", api="external_metrics", method="get_value", outcome="ok"
+        )
+        == 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "code", "reason", "says"),
+    [
+        (
+            f"{BASE}/namespaces/default/gpuscale-gpu_util",
+            400,
+            "BadRequest",
+            "a labelSelector naming the workload is required",
+        ),
+        (
+            f"{BASE}/namespaces/default/gpuscale-gpu_util?labelSelector=app%3Dbert",
+            400,
+            "BadRequest",
+            "unknown selector labels app",
+        ),
+        (
+            f"{BASE}/namespaces/default/gpuscale-gpu_util?labelSelector=workload+in+(a,b)",
+            400,
+            "BadRequest",
+            "only key=value terms",
+        ),
+        (
+            f"{BASE}/namespaces/default/gpuscale-gpu_util?labelSelector=workload%3Dbert,kind%3DJob",
+            400,
+            "BadRequest",
+            "kind must be one of",
+        ),
+        (
+            f"{BASE}/namespaces/default/DCGM_FI_DEV_GPU_UTIL?labelSelector=workload%3Dbert",
+            404,
+            "NotFound",
+            "unknown metric 'DCGM_FI_DEV_GPU_UTIL'",
+        ),
+        (
+            f"{BASE}/namespaces/other/gpuscale-gpu_util?labelSelector=workload%3Dbert",
+            404,
+            "NotFound",
+            "no gpuscale metrics for other/Deployment/bert",
+        ),
+        ("/apis/custom.metrics.k8s.io/v1beta1", 404, "NotFound", "could not find the requested resource"),
+    ],
+)
+async def test_refusals_are_status_objects(
+    scaler: RunningScaler, nats_client: NATS, path: str, code: int, reason: str, says: str
+) -> None:
+    await scaler.fed(nats_client, metrics_payload())
+    got, body = await get(scaler, path)
+    assert got == code
+    assert (body["kind"], body["status"], body["reason"], body["code"]) == ("Status", "Failure", reason, code)
+    assert says in body["message"]
+
+
+async def test_stale_data_is_503_and_writes_are_405(nats_server: EmbeddedNats, nats_client: NATS) -> None:
+    async with running_scaler(settings_for(nats_server.url, max_metrics_age="1")) as scaler:
+        await scaler.fed(nats_client, metrics_payload(averages={"gpu_util": 95.0}))
+        path = f"{BASE}/namespaces/default/gpuscale-gpu_util?labelSelector=workload%3Dbert"
+
+        async def stale() -> bool:
+            code, body = await get(scaler, path)
+            if code == 200:
+                return False
+            assert (code, body["reason"]) == (503, "ServiceUnavailable")
+            assert "not served as current" in body["message"]
+            return True
+
+        await eventually(stale, what="the value to go stale")
+        code, body = await get(scaler, path, method="POST")
+        assert (code, body["reason"]) == (405, "MethodNotAllowed")
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed on this machine")
+async def test_kubectl_get_raw_reads_it_as_from_an_api_server(
+    scaler: RunningScaler, nats_client: NATS, tmp_path: Path
+) -> None:
+    await scaler.fed(
+        nats_client, metrics_payload(WorkloadKey("ml", "StatefulSet", "llm"), averages={"sm_active": 71.25})
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "s",
+                        "cluster": {
+                            "server": f"https://127.0.0.1:{scaler.service.api_port}",
+                            "certificate-authority": str(scaler.service.tls_cert_file),
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": "not-checked"}}],  # kubectl wants some credential
+                "contexts": [{"name": "c", "context": {"cluster": "s", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    assert KUBECTL is not None
+    process = await asyncio.create_subprocess_exec(
+        KUBECTL, f"--kubeconfig={kubeconfig}", "get", "--raw",
+        f"{BASE}/namespaces/ml/gpuscale-sm_active?labelSelector=workload%3Dllm%2Ckind%3DStatefulSet",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    (item,) = json.loads(out)["items"]
+    assert (item["metricName"], item["value"], item["metricLabels"]) == (
+        "gpuscale-sm_active",
+        "71250m",
+        {"workload": "llm", "kind": "StatefulSet"},
+    )
+
+
+# --- client certificates: only the API server's front proxy gets in -----------------------------
+
+
+def _cert(
+    name: str, key: Any, issuer: tuple[x509.Name, Any] | None, *, ca: bool, san: bool = False
+) -> x509.Certificate:
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    issuer_name, issuer_key = issuer if issuer is not None else (subject, key)
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if san:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+        )
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _write(directory: Path, name: str, cert: x509.Certificate, key: Any) -> tuple[Path, Path]:
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+async def test_with_a_client_ca_only_the_front_proxy_gets_in(
+    nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    ca_key, server_key, proxy_key, stranger_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(4))
+    ca = _cert("front-proxy-ca", ca_key, None, ca=True)
+    ca_path, _ = _write(tmp_path, "ca", ca, ca_key)
+    server = _write(
+        tmp_path,
+        "server",
+        _cert("gpuscale-keda-scaler", server_key, (ca.subject, ca_key), ca=False, san=True),
+        server_key,
+    )
+    proxy = _write(
+        tmp_path, "proxy", _cert("front-proxy-client", proxy_key, (ca.subject, ca_key), ca=False), proxy_key
+    )
+    stranger = _write(tmp_path, "stranger", _cert("stranger", stranger_key, None, ca=False), stranger_key)
+    settings = settings_for(
+        nats_server.url,
+        tls_cert_file=str(server[0]),
+        tls_private_key_file=str(server[1]),
+        client_ca_file=str(ca_path),
+    )
+    async with running_scaler(settings) as scaler:
+        assert scaler.service.tls_cert_file == server[0]
+
+        def client(cert: tuple[Path, Path] | None) -> ssl.SSLContext:
+            context = ssl.create_default_context(cafile=str(ca_path))
+            if cert is not None:
+                context.load_cert_chain(str(cert[0]), str(cert[1]))
+            return context
+
+        code, body = await get(scaler, BASE, client(proxy))
+        assert (code, body["kind"]) == (200, "APIResourceList")
+        for who in (None, stranger):
+            with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
+                await get(scaler, BASE, client(who))
