@@ -71,6 +71,31 @@ def gpuscaler(
     }
 
 
+def service_account(name: str, namespace: str = "default") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}}
+
+
+def node_pod(
+    name: str,
+    node: str,
+    *,
+    service_account: str,
+    namespace: str = "default",
+    image: str = "example.com/agent:1",
+) -> dict[str, Any]:
+    """A pod already placed on ``node`` running as ``service_account``: what a DaemonSet creates."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "node-agent"}},
+        "spec": {
+            "serviceAccountName": service_account,
+            "nodeName": node,
+            "containers": [{"name": "agent", "image": image}],
+        },
+    }
+
+
 FIXTURE_CRDS = Path(__file__).resolve().parent / "fixtures" / "crds"
 
 

@@ -57,6 +57,12 @@ COMMANDS: tuple[Command, ...] = (
         "gpuscale_kedascaler.app:main",
     ),
     Command(
+        "nats-auth",
+        "NATS auth callout: each collector may publish only its own node's samples",
+        "gpuscale_natsauth.settings:NatsAuthSettings",
+        "gpuscale_natsauth.app:main",
+    ),
+    Command(
         "kube-sim",
         "a Kubernetes API simulator that also plays a GPU cluster",
         "gpuscale_kubesim.settings:KubeSimSettings",

@@ -93,8 +93,11 @@ def definitions_for(rds: Iterable[ResourceDef]) -> dict[str, Obj]:
         if rd.custom:
             roots.update(_custom_schemas(rd))
             continue
-        for kind in (rd.kind, rd.list_kind):
-            name = defs.name_for(rd.group, rd.version, kind)
+        kinds = [(rd.group, rd.version, rd.kind), (rd.group, rd.version, rd.list_kind)]
+        if "token" in rd.subresources:  # serviceaccounts/token takes and answers a TokenRequest
+            kinds.append(("authentication.k8s.io", "v1", "TokenRequest"))
+        for group, version, kind in kinds:
+            name = defs.name_for(group, version, kind)
             if name is not None:
                 roots[name] = defs.definitions[name]
     for extra in ("Status", "DeleteOptions", "Patch"):
@@ -163,17 +166,26 @@ def paths_for(rds: Iterable[ResourceDef], v3: bool) -> Obj:
         collection = (
             f"{prefix}/namespaces/{{namespace}}/{rd.plural}" if rd.namespaced else f"{prefix}/{rd.plural}"
         )
-        paths[collection] = {
-            "get": _operation(rd, "list", v3),
-            "post": _operation(rd, "post", v3, body=True, writes=True),
+        verbs = set(rd.verbs)
+        ops = {
+            "get": _operation(rd, "list", v3) if "list" in verbs else None,
+            "post": _operation(rd, "post", v3, body=True, writes=True) if "create" in verbs else None,
         }
-        paths[f"{collection}/{{name}}"] = {
-            "get": _operation(rd, "get", v3),
-            "put": _operation(rd, "put", v3, body=True, writes=True),
-            "patch": _patch_operation(rd, v3),
-            "delete": _operation(rd, "delete", v3),
-        }
+        paths[collection] = {method: op for method, op in ops.items() if op is not None}
+        if verbs & {"get", "update", "patch", "delete"}:  # not for create-only kinds (TokenReview)
+            paths[f"{collection}/{{name}}"] = {
+                "get": _operation(rd, "get", v3),
+                "put": _operation(rd, "put", v3, body=True, writes=True),
+                "patch": _patch_operation(rd, v3),
+                "delete": _operation(rd, "delete", v3),
+            }
         for sub in sorted(rd.subresources):
+            if sub == "token":  # serviceaccounts/token: create a TokenRequest
+                token = ResourceDef("authentication.k8s.io", "v1", "tokenrequests", "", "TokenRequest")
+                paths[f"{collection}/{{name}}/token"] = {
+                    "post": _operation(token, "post", v3, body=True, writes=True)
+                }
+                continue
             paths[f"{collection}/{{name}}/{sub}"] = {
                 "get": _operation(rd, "get", v3),
                 "put": _operation(rd, "put", v3, writes=True),

@@ -104,6 +104,18 @@ class ResourceDef:
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        if "token" in self.subresources:
+            entries.append(
+                {
+                    "name": f"{self.plural}/token",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "group": "authentication.k8s.io",
+                    "version": "v1",
+                    "kind": "TokenRequest",
+                    "verbs": ["create"],
+                }
+            )
         if "scale" in self.subresources:
             entries.append(
                 {
@@ -577,7 +589,23 @@ BUILTINS: tuple[ResourceDef, ...] = (
             AGE_COLUMN,
         ),
     ),
-    _core("serviceaccounts", "serviceaccount", "ServiceAccount", short_names=("sa",)),
+    _core(
+        "serviceaccounts",
+        "serviceaccount",
+        "ServiceAccount",
+        short_names=("sa",),
+        subresources=frozenset({"token"}),  # TokenRequest (authn.py)
+    ),
+    # Create-only: a review is answered, never stored (authn.py).
+    ResourceDef(
+        "authentication.k8s.io",
+        "v1",
+        "tokenreviews",
+        "tokenreview",
+        "TokenReview",
+        namespaced=False,
+        verbs=("create",),
+    ),
     _core("endpoints", "endpoints", "Endpoints", short_names=("ep",)),
     ResourceDef(
         "apps",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import yaml
 from aiohttp import web
 
 from gpuscale.logging import get_logger
-from gpuscale_kubesim import openapi, openapi_proto, tables
+from gpuscale_kubesim import authn, openapi, openapi_proto, tables
 from gpuscale_kubesim.checks import WriteOptions
 from gpuscale_kubesim.errors import ApiError, bad_request, status_body
 from gpuscale_kubesim.faults import Faults
@@ -134,8 +135,13 @@ class ApiServer:
         tokens: dict[str, Any] | None = None,
         bookmark_interval_s: float = 10.0,
         clock: Callable[[], float] = time.time,
+        token_node_info: bool = True,
     ) -> None:
         self.store = store
+        # ServiceAccount tokens (TokenRequest, TokenReview): a signing key of this server's own.
+        self.token_signer = authn.TokenSigner(os.urandom(32))
+        # ServiceAccountTokenPodNodeInfo (on by default since Kubernetes 1.30): pod-bound tokens name the node.
+        self.token_node_info = token_node_info
         self.faults = faults
         self.grants = {t: Grant.parse(t, v) for t, v in tokens.items()} if tokens is not None else None
         self.bookmark_interval_s = bookmark_interval_s
@@ -414,6 +420,25 @@ class ApiServer:
         method = request.method
         store = self.store
         opts = WriteOptions(request.query.get("fieldValidation") or "Warn")
+        if t.rd.group == authn.GROUP and t.rd.plural == "tokenreviews":
+            if method != "POST" or t.name is not None:
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            review = authn.token_review(store, self.token_signer, _body(request, raw), self.clock(), opts)
+            return _json(review, 201, opts.warnings)
+        if t.subresource == "token":
+            if method != "POST" or t.name is None or t.namespace is None:
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            answer = authn.token_request(
+                store,
+                self.token_signer,
+                t.namespace,
+                t.name,
+                _body(request, raw),
+                self.clock(),
+                node_info=self.token_node_info,
+                opts=opts,
+            )
+            return _json(answer, 201, opts.warnings)
         if t.name is None:
             if method == "GET":
                 if _is_true(request.query.get("watch")):

@@ -23,8 +23,8 @@ from aiohttp import web
 
 from gpuscale.logging import get_logger
 from gpuscale.simfeed import NODE_GPUS_PATH
+from gpuscale_kubesim import authn, scenarios
 from gpuscale_kubesim import load as loadmod
-from gpuscale_kubesim import scenarios
 from gpuscale_kubesim.cluster import ClusterPlayer
 from gpuscale_kubesim.errors import ApiError, bad_request
 from gpuscale_kubesim.faults import Faults
@@ -72,6 +72,7 @@ class KubeSim:
         advertise_url: str | None = None,
         bookmark_interval_s: float = 10.0,
         history: int = 1000,
+        token_node_info: bool = True,
     ) -> None:
         self.host = host
         self.port = port
@@ -90,7 +91,13 @@ class KubeSim:
             rng=self.rng,
         )
         self.tokens = tokens
-        self.api = ApiServer(self.store, self.faults, tokens=tokens, bookmark_interval_s=bookmark_interval_s)
+        self.api = ApiServer(
+            self.store,
+            self.faults,
+            tokens=tokens,
+            bookmark_interval_s=bookmark_interval_s,
+            token_node_info=token_node_info,
+        )
         self._kubeconfig_given = Path(kubeconfig_path) if kubeconfig_path is not None else None
         self.kubeconfig_path: Path = self._kubeconfig_given or Path("kubeconfig-not-written")
         self._advertise_url = advertise_url
@@ -215,6 +222,37 @@ class KubeSim:
         rd = self.resource(api_version, kind)
         items, _ = self.store.list(rd, namespace, parse_labels(label_selector))
         return items
+
+    def create_token(
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        pod: str | None = None,
+        audiences: tuple[str, ...] = (),
+        expiration_s: int = authn.DEFAULT_EXPIRATION_S,
+        issued_at: float | None = None,
+    ) -> str:
+        """A ServiceAccount token as a TokenRequest (``kubectl create token``) makes it, bound
+        to ``pod`` if given, which is what a pod's projected token volume holds. Tests may ask
+        for a short ``expiration_s`` or an ``issued_at`` in the past (the API refuses < 600 s)."""
+        spec: Obj = {"expirationSeconds": expiration_s}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        if pod is not None:
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod}
+        answer = authn.token_request(
+            self.store,
+            self.api.token_signer,
+            namespace,
+            service_account,
+            {"apiVersion": authn.API_VERSION, "kind": "TokenRequest", "spec": spec},
+            self.store.clock() if issued_at is None else issued_at,
+            node_info=self.api.token_node_info,
+            min_expiration_s=1,
+        )
+        token: str = answer["status"]["token"]
+        return token
 
     def pods(self, namespace: str = "default", label_selector: str | None = None) -> list[Obj]:
         return self.list_objects("v1", "Pod", namespace, label_selector)

@@ -39,6 +39,8 @@ ROOTS = [
     *(f"io.k8s.api.rbac.v1.{k}" for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")),
     "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
     "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",
+    # TokenReview (create only) and TokenRequest (serviceaccounts/token).
+    *(f"io.k8s.api.authentication.v1.{k}" for k in ("TokenReview", "TokenRequest")),
     "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
     "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     "io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList",

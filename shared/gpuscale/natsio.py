@@ -39,6 +39,7 @@ __all__ = [
     "ensure_kv",
     "ensure_stream",
     "is_connected",
+    "user_expired",
 ]
 
 
@@ -76,6 +77,7 @@ async def connect(
     *,
     name: str,
     creds: str | None = None,
+    token: Callable[[], str] | None = None,
     tls_ca: str | None = None,
     reconnect_wait_s: float = 1.0,
     stop: asyncio.Event | None = None,
@@ -87,8 +89,11 @@ async def connect(
     A connection the server *closes* (it answers some protocol errors, such
     as an over-long subject, with -ERR and a close, and nats-py does not
     reconnect after that) is lost for good: ``on_closed`` is called so the
-    service can start over (``ServiceContext.reopen``). Credentials in the
-    URLs never reach the logs."""
+    service can start over (``ServiceContext.reopen``); so is one whose
+    short-lived user expired (auth callout: :func:`user_expired`), which
+    the caller may rather log in again. ``token`` is called for the auth
+    token at every (re)connect, so a rotated token file is read anew.
+    Credentials in the URLs and the token never reach the logs."""
     log = get_logger(component="nats", servers=[redact(s) for s in servers])
     nc = NATS()
     state = {"was_connected": False}
@@ -122,6 +127,11 @@ async def connect(
         if nc in _closing or not state["was_connected"]:
             log.info("nats_closed")
             return
+        if user_expired(nc):
+            log.info("nats_user_expired", detail="the server ended this login's lifetime; logging in again")
+            if on_closed is not None:
+                on_closed()
+            return
         metrics.nats_connection_lost.inc()
         log.error(
             "nats_connection_lost",
@@ -147,6 +157,7 @@ async def connect(
                 ping_interval=5,
                 max_outstanding_pings=3,
                 user_credentials=creds,
+                token=token,
                 tls=_tls_context(tls_ca),
                 disconnected_cb=disconnected_cb,
                 reconnected_cb=reconnected_cb,
@@ -177,6 +188,12 @@ async def connect(
     metrics.nats_connected.set(1)
     log.info("nats_connected", server=_server_of(nc))
     return nc
+
+
+def user_expired(nc: NATS) -> bool:
+    """Whether the server closed ``nc`` because its user's JWT expired (an auth callout's
+    short-lived user): a fresh login with current credentials is the cure, not a restart."""
+    return "authentication expired" in str(nc.last_error or "").lower()
 
 
 def is_connected(nc: NATS | None) -> tuple[bool, str]:

@@ -37,6 +37,10 @@ CRD_FILE = DEPLOY / "cluster" / "crd-gpuscaler.yaml"
 OVERLAYS = tuple(
     sorted(f"overlays/{p.parent.name}" for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
 )
+NODE_AUTH = DEPLOY / "components" / "node-auth"
+NODE_AUTH_CONF = NODE_AUTH / "nats" / "node-auth.conf"
+# An overlay with the node-auth component, as docs/SECURITY-node-auth.md has users write theirs.
+NODE_AUTH_OVERLAY = REPO / "tests" / "fixtures" / "node-auth-overlay"
 
 K8S_VERSION = "1.30"
 IMAGE_PREFIX = "ghcr.io/gpuscale/gpuscale-"
@@ -101,6 +105,22 @@ def containers(workload: Obj) -> Iterator[tuple[Obj, Obj]]:
     pod = workload["spec"]["template"]["spec"]
     for c in [*pod.get("initContainers", []), *pod["containers"]]:
         yield pod, c
+
+
+def account_rules(objects: list[Obj]) -> dict[str, list[Obj]]:
+    """ServiceAccount -> the rules its bindings give it (a Role's only in its namespace), in
+    the form kube-sim's token table takes them."""
+    rules: dict[str, list[Obj]] = {}
+    for binding in of_kind(objects, "RoleBinding", "ClusterRoleBinding"):
+        role = find(objects, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        for subject in binding["subjects"]:
+            granted = rules.setdefault(subject["name"], [])
+            for rule in role["rules"]:
+                scoped = dict(rule)
+                if binding["kind"] == "RoleBinding":
+                    scoped["namespaces"] = [binding["metadata"]["namespace"]]
+                granted.append(scoped)
+    return rules
 
 
 def gpuscale_command_of_image(image: str) -> str | None:

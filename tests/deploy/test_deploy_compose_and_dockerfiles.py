@@ -312,6 +312,7 @@ def test_there_is_a_dockerfile_per_service() -> None:
         "actuator",
         "keda-scaler",
         "kube-sim",
+        "nats-auth",  # deploy/components/node-auth
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Any
 from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import OncePerKey, get_logger
-from gpuscale.natsio import NATS, connect, drain, is_connected
+from gpuscale.natsio import NATS, connect, drain, is_connected, user_expired
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import SampleBatch
 from gpuscale_collector.backends.base import Backend, BackendUnavailable
@@ -126,6 +127,14 @@ class Publisher:
             self._log.info("buffer_flushed_after_outage", dropped_total=self.buffer.dropped)
 
 
+def read_token(path: Path) -> str:
+    """The NATS auth token, read anew at every (re)connect: the kubelet rotates projected tokens."""
+    token = path.read_text(encoding="utf-8").strip()
+    if not token:
+        raise ValueError(f"the token file {path} is empty")
+    return token
+
+
 class CgroupResolver:
     """PID → pod identity through ``<proc>/<pid>/cgroup``, cached while the PID lives on the GPU."""
 
@@ -163,6 +172,7 @@ class Collector:
         self.pod_resources: Any = None
         self._once = OncePerKey()
         self._pod_resources_ok: bool | None = None
+        self._relogin: asyncio.Task[None] | None = None
         ctx.metrics.registry.register(
             DcgmCollector(lambda: self.last_batch, self.settings.node_name, self.backend.mig_info)
         )
@@ -216,6 +226,8 @@ class Collector:
         if nc is not None and nc.is_connected and len(self.publisher.buffer):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.publisher._flush(), 1.0)
+        if self._relogin is not None:
+            tasks = [*tasks, self._relogin]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -230,19 +242,30 @@ class Collector:
 
     async def _connect_nats(self) -> None:
         s = self.settings
+        token = None if s.nats_token_file is None else functools.partial(read_token, s.nats_token_file)
         try:
             self.publisher.nc = await connect(
                 s.nats_url,
                 self.ctx.metrics,
                 name=f"gpuscale-collector-{s.node_name}",
                 creds=str(s.nats_creds) if s.nats_creds else None,
+                token=token,
                 tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
                 reconnect_wait_s=0.5,
                 stop=self.ctx.stop,
-                on_closed=self.ctx.reopen,
+                on_closed=self._nats_closed,
             )
         except Exception:  # noqa: BLE001 - connect only gives up when we are stopping
             return
+
+    def _nats_closed(self) -> None:
+        nc = self.publisher.nc
+        if nc is not None and user_expired(nc) and not self.ctx.stop.is_set():
+            # A short-lived NATS user (gpuscale nats-auth) ended: log in again with the current
+            # token; the buffer keeps what comes meanwhile.
+            self._relogin = asyncio.create_task(self._connect_nats())
+            return
+        self.ctx.reopen()
 
     async def _tick_loop(self) -> None:
         interval = self.settings.interval_s

@@ -5,10 +5,12 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from gpuscale.settings import (
     CommonSettings,
     choice,
+    existing_file,
     non_empty,
     option,
     path,
@@ -82,6 +84,15 @@ class CollectorSettings(CommonSettings):
     kubeconfig: Path | None = option(
         None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
     )
+    nats_token_file: Path | None = option(
+        None,
+        "--nats-token-file",
+        env="GPUSCALE_NATS_TOKEN_FILE",
+        parse=existing_file,
+        help="file holding the NATS auth token: the pod's projected ServiceAccount token where NATS "
+        "checks collectors with gpuscale nats-auth (re-read at every reconnect: the kubelet rotates it)",
+        metavar="FILE",
+    )
     buffer_batches: int = option(
         300,
         "--buffer-batches",
@@ -89,3 +100,10 @@ class CollectorSettings(CommonSettings):
         parse=positive_int,
         help="batches kept while NATS is unreachable (oldest dropped first)",
     )
+
+    def __post_init__(self) -> None:
+        if self.nats_token_file is not None and any(urlsplit(u).password is not None for u in self.nats_url):
+            raise ValueError(
+                "--nats-url carries a user and password and --nats-token-file is set: NATS would get the "
+                "token only; give one of them"
+            )

@@ -1,0 +1,1 @@
+"""Pure core: values in, values out; no I/O, no clock."""

@@ -1,0 +1,83 @@
+"""nats-auth options: the auth callout that gives each collector its own node's subject."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuscale.settings import (
+    CommonSettings,
+    existing_file,
+    non_empty,
+    option,
+    path,
+    port,
+    positive_int,
+    seconds,
+)
+
+
+@dataclass(frozen=True)
+class NatsAuthSettings(CommonSettings):
+    http_port: int = option(
+        9404,
+        "--http-port",
+        env="GPUSCALE_HTTP_PORT",
+        parse=port,
+        help="HTTP port for /metrics, /healthz, /readyz",
+    )
+    issuer_seed_file: Path | None = option(
+        None,
+        "--issuer-seed-file",
+        env="GPUSCALE_NATS_AUTH_ISSUER_SEED_FILE",
+        parse=existing_file,
+        help="file holding the nkey seed (SA...) of the account that signs the answers; "
+        "nats-server's auth_callout.issuer is its public key (required to run)",
+        metavar="FILE",
+    )
+    audience: str = option(
+        "nats.gpuscale.io",
+        "--audience",
+        env="GPUSCALE_NATS_AUTH_AUDIENCE",
+        parse=non_empty,
+        help="audience of the collectors' projected ServiceAccount tokens",
+    )
+    collector_namespace: str = option(
+        "gpuscale",
+        "--collector-namespace",
+        env=("GPUSCALE_COLLECTOR_NAMESPACE", "POD_NAMESPACE"),
+        parse=non_empty,
+        help="namespace of the collector DaemonSet",
+    )
+    collector_service_account: str = option(
+        "gpuscale-collector",
+        "--collector-service-account",
+        env="GPUSCALE_COLLECTOR_SERVICE_ACCOUNT",
+        parse=non_empty,
+        help="ServiceAccount of the collector pods: tokens of any other are refused",
+    )
+    nats_account: str = option(
+        "GPUSCALE",
+        "--nats-account",
+        env="GPUSCALE_NATS_ACCOUNT",
+        parse=non_empty,
+        help="NATS account the collectors are placed in (deploy/base/nats/auth.conf)",
+    )
+    max_user_ttl: float = option(
+        3600.0,
+        "--max-user-ttl",
+        env="GPUSCALE_NATS_AUTH_MAX_USER_TTL",
+        parse=seconds,
+        help="a collector's NATS user expires after this (or when its token does, if sooner); "
+        "the collector then logs in again with its current token",
+    )
+    max_concurrent: int = option(
+        64,
+        "--max-concurrent",
+        env="GPUSCALE_NATS_AUTH_MAX_CONCURRENT",
+        parse=positive_int,
+        help="connection requests checked at the same time (each costs a TokenReview)",
+    )
+    kubeconfig: Path | None = option(
+        None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
+    )
