@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import psutil
 
 from gpuscale import codec, subjects
@@ -135,6 +136,12 @@ def stamp(template: tuple[bytes, int, int], ts: float, seq: int) -> bytes:
     return bytes(buf)
 
 
+def bare_decode(data: bytes) -> Any:
+    """The baseline's whole work per batch: ``msgpack.unpackb`` to plain dicts
+    (what the aggregator's codec did before gpuscale.wire became typed msgspec)."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
 # --- roles run as child processes --------------------------------------------------
 
 
@@ -193,7 +200,7 @@ async def role_bare_idle(url: str, duration: float) -> None:
 
     async def on_msg(msg: Any) -> None:
         nonlocal count
-        codec.decode_raw(msg.data)
+        bare_decode(msg.data)
         count += 1
 
     await nc.subscribe(subjects.SAMPLES_ALL, cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=0)
@@ -211,7 +218,7 @@ async def role_bare(url: str, expected: int, ready_file: str) -> None:
     done = asyncio.Event()
 
     async def on_msg(msg: Any) -> None:
-        codec.decode_raw(msg.data)
+        bare_decode(msg.data)
         n = state["n"] = state["n"] + 1
         state["last"] = time.perf_counter()
         state["cpu_last"] = time.process_time()
@@ -605,7 +612,7 @@ def main() -> int:
                 f"| {r['proc_p50'] * 1e3:.3f} / {r['proc_p99'] * 1e3:.3f} "
                 f"| {r['cycle_p50'] * 1e3:.0f} / {r['cycle_max'] * 1e3:.0f} "
                 f"| {r['fresh_p50'] * 1e3:.0f} / {r['fresh_p99'] * 1e3:.0f} "
-                f"| {r['workloads']:.0f} | {r['pods']:.0f} | {r['rss_mib']:.0f} | {r['cpu']:.2f} "
+                f"| {r['workloads']:.0f} | {r['pods']:.0f} | {r['rss_mib']:.1f} | {r['cpu']:.2f} "
                 f"| {r['bare_cpu']:.2f} | {r['bare_cpu'] / max(r['cpu'], 1e-9):.2f} "
                 f"| {nodes / max(r['cpu'], 1e-9):,.0f} |",
                 flush=True,

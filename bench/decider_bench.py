@@ -47,7 +47,7 @@ from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, ensure_stream, headers_msg_id, jetstream
 from gpuscale.policy import parse_gpuscaler
-from gpuscale.wire import Decision, PodMetrics, WorkloadMetrics
+from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.pods import PodCache
 from gpuscale_decider.sources import MemoryStateStore, StaticScaleSource
@@ -68,9 +68,11 @@ def _message(i: int, now: float, rng: random.Random) -> bytes:
     # twenty swings far enough to want a change now and then.
     base = 70.0 if i % 20 else 70.0 + 25.0 * math.sin(now / 7.0 + i)
     util = min(100.0, max(0.0, base + rng.uniform(-3.0, 3.0)))
-    pods = tuple(PodMetrics(f"{workload_name(i)}-{p}", {"gpu_util": util}, now) for p in range(REPLICAS))
+    pods = tuple(
+        PodMetrics(f"{workload_name(i)}-{p}", MetricValues(gpu_util=util), now) for p in range(REPLICAS)
+    )
     m = WorkloadMetrics(
-        NAMESPACE, "Deployment", workload_name(i), now, 30.0, pods, {"gpu_util": util}, REPLICAS, 0
+        NAMESPACE, "Deployment", workload_name(i), now, 30.0, pods, MetricValues(gpu_util=util), REPLICAS, 0
     )
     return codec.encode(m)
 

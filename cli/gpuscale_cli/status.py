@@ -155,7 +155,7 @@ async def collect(settings: StatusSettings, nc: NATS) -> list[WorkloadView]:
     async def on_metrics(msg: Any) -> None:
         with contextlib.suppress(WireError):
             m = codec.decode(msg.data, WorkloadMetrics, time.time())
-            view(WorkloadKey(m.namespace, m.kind, m.name)).metrics = dict(m.averages)
+            view(WorkloadKey(m.namespace, m.kind, m.name)).metrics = m.averages.to_dict()
 
     sub = await nc.subscribe(subjects.METRICS_ALL, cb=on_metrics)
     scaler_task = asyncio.create_task(_scalers(settings.kubeconfig))

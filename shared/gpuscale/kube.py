@@ -28,7 +28,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -40,6 +39,11 @@ from gpuscale.aio import sleep_unless_stopped
 from gpuscale.apiwarnings import API_WARNINGS, parse_warning_header
 from gpuscale.labels import selector_string
 from gpuscale.names import target_problems
+from gpuscale.timefmt import format_micro_time, format_time, parse_time
+from gpuscale.wire import ScaleTargetRef
+
+# ScaleTargetRef (gpuscale.wire) and the time formats (gpuscale.timefmt) have
+# their one home elsewhere; they are re-exported here, where callers met them.
 
 __all__ = [
     "REPLICAS_IN_SPEC",
@@ -283,27 +287,6 @@ async def ping(api: ApiClient, timeout_s: float = 3.0) -> tuple[bool, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class ScaleTargetRef:
-    """What a GPUScaler's ``scaleTargetRef`` points at, plus its namespace."""
-
-    api_version: str
-    kind: str
-    name: str
-    namespace: str
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    @property
-    def version(self) -> str:
-        return self.api_version.rpartition("/")[2]
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.kind}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
 class ScaleState:
     """A target's autoscaling/v1 Scale: desired and observed replicas."""
 
@@ -475,29 +458,6 @@ async def retry_with_backoff(
 
 
 # --- time and events ---------------------------------------------------------
-
-
-def format_micro_time(unix_s: float) -> str:
-    """A Kubernetes MicroTime: RFC 3339 in UTC with microseconds."""
-    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def format_time(unix_s: float) -> str:
-    """A Kubernetes Time: RFC 3339 in UTC, whole seconds."""
-    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: Any) -> float | None:
-    """Unix seconds from a Kubernetes (Micro)Time string, or None."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 EVENT_NOTE_MAX_BYTES: Final = 1024  # the API server's NoteLengthLimit: len() of a Go string, so bytes

@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuscale.apiwarnings import API_WARNINGS
+from gpuscale.logging import get_logger
 
 
 class ServiceMetrics:
@@ -16,6 +17,9 @@ class ServiceMetrics:
 
     ``kind`` labels are message families (samples, metrics, decisions,
     actions); ``reason`` labels are WireError codes: both low-cardinality.
+    ``field`` labels name what a newer producer sent that this version does not
+    know; a :class:`gpuscale.codec.Reader` reports at most 64 per kind, then
+    ``_other``, so a sender cannot grow them without bound.
     """
 
     def __init__(self, service: str) -> None:
@@ -59,9 +63,21 @@ class ServiceMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
             registry=self.registry,
         )
+        self.unknown_fields = Counter(
+            "gpuscale_messages_unknown_fields_total",
+            "Fields and metric names a newer producer sent that this version does not know: "
+            "counted once per name when first seen, then ignored (the rest of the message is used)",
+            ["kind", "field"],
+            registry=self.registry,
+        )
         self.info = Gauge("gpuscale_service_info", "Always 1", ["service"], registry=self.registry)
         self.info.labels(service=service).set(1)
         self.registry.register(_ApiWarningsCollector())
+
+    def unknown_field(self, kind: str, field: str) -> None:
+        """A :data:`gpuscale.codec.UnknownSink`: count the name once and say so once."""
+        self.unknown_fields.labels(kind=kind, field=field).inc()
+        get_logger(service=self.service).info("unknown_field_ignored", kind=kind, field=field)
 
 
 class _ApiWarningsCollector(Collector):

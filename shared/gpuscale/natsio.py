@@ -31,10 +31,13 @@ from nats.js.kv import KeyValue
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import get_logger
 from gpuscale.metrics import ServiceMetrics
+from gpuscale.subjects import KvSpec, StreamSpec
 
 __all__ = [
     "NATS",
     "connect",
+    "declare_kv",
+    "declare_stream",
     "drain",
     "ensure_kv",
     "ensure_stream",
@@ -247,6 +250,32 @@ async def ensure_stream(
         await js.add_stream(config)
         return
     await js.update_stream(config)
+
+
+async def declare_stream(js: JetStreamContext, spec: StreamSpec, *, only_if_missing: bool = False) -> None:
+    """Create a stream declared in :mod:`gpuscale.subjects`, or bring it to that
+    declaration. ``only_if_missing``: leave an existing stream's config alone
+    (a reader that does not own the stream)."""
+    if only_if_missing:
+        try:
+            await js.stream_info(spec.name)
+        except NotFoundError:
+            pass
+        else:
+            return
+    await ensure_stream(
+        js,
+        spec.name,
+        spec.subjects,
+        max_age_s=spec.max_age_s,
+        storage=spec.storage,
+        duplicate_window_s=spec.duplicate_window_s,
+    )
+
+
+async def declare_kv(js: JetStreamContext, spec: KvSpec) -> KeyValue:
+    """Open a KV bucket declared in :mod:`gpuscale.subjects`, creating it if absent."""
+    return await ensure_kv(js, spec.bucket, history=spec.history, ttl_s=spec.ttl_s, storage=spec.storage)
 
 
 async def ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:

@@ -12,13 +12,13 @@ are HPA's (autoscaling/v2 ``HPAScalingRules`` defaults).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
-from gpuscale.wire import METRIC_NAMES
+from gpuscale.timefmt import DURATION_EXAMPLES, parse_duration
+from gpuscale.wire import DEFAULT_API_VERSION, METRIC_NAMES, ScaleTargetRef
 
 API_GROUP: Final = "gpuscale.io"
 API_VERSION: Final = "v1alpha1"
@@ -72,17 +72,6 @@ class PolicyError(ValueError):
     @property
     def fields(self) -> list[str]:
         return [path for path, _ in self.problems]
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleTargetRef:
-    api_version: str
-    kind: str
-    name: str
-
-    def reference(self) -> str:
-        """``Deployment/bert``, as ``kubectl get hpa`` shows REFERENCE."""
-        return f"{self.kind}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,9 +162,6 @@ DEFAULT_SCALE_DOWN: Final = ScalingRules(
 
 # --- parsing ---------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
 
 class _Collector:
     """Collects every problem so the user sees them all at once."""
@@ -260,11 +246,11 @@ class _Collector:
         if isinstance(value, int | float):
             seconds = float(value)
         else:
-            match = _DURATION.match(str(value))
-            if not match:
-                self.add(where, f"must be a duration such as 30s, 500ms or 2m, got {value!r}")
+            try:
+                seconds = parse_duration(str(value))
+            except ValueError:
+                self.add(where, f"must be a duration such as {DURATION_EXAMPLES}, got {value!r}")
                 return default
-            seconds = float(match.group(1)) * _UNITS[match.group(2)]
         if not math.isfinite(seconds) or seconds <= 0:
             self.add(where, f"must be greater than 0, got {value!r}")
             return default
@@ -366,7 +352,7 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
 
     ref_map = c.map(spec.get("scaleTargetRef"), "spec.scaleTargetRef", required=True) or {}
     ref = ScaleTargetRef(
-        api_version=c.string(ref_map, "apiVersion", "spec.scaleTargetRef", default="apps/v1"),
+        api_version=c.string(ref_map, "apiVersion", "spec.scaleTargetRef", default=DEFAULT_API_VERSION),
         kind=c.string(ref_map, "kind", "spec.scaleTargetRef"),
         name=c.string(ref_map, "name", "spec.scaleTargetRef"),
     )

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
+
+from gpuscale.timefmt import parse_duration
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -133,19 +134,10 @@ def build(
 
 # --- value parsers: each raises ValueError with a short reason ----------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
 
 def seconds(text: str) -> float:
-    """``30``, ``30s``, ``1.5``, ``500ms``, ``2m``: a duration, > 0."""
-    m = _DURATION.match(text)
-    if not m:
-        raise ValueError("expected a duration such as 30, 30s, 500ms or 2m")
-    value = float(m.group(1)) * _UNITS[m.group(2)]
-    if value <= 0:
-        raise ValueError("must be greater than zero")
-    return value
+    """``30``, ``30s``, ``1.5``, ``500ms``, ``2m``: a duration, > 0 (gpuscale.timefmt)."""
+    return parse_duration(text)
 
 
 def positive_int(text: str) -> int:

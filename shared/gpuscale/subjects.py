@@ -1,4 +1,4 @@
-"""Every NATS subject gpuscale uses, built and parsed in one place.
+"""Every NATS subject, stream and KV bucket gpuscale uses, declared in one place.
 
 Tokens are escaped so that a name with a dot, a wildcard or a space cannot
 change a subject's shape: any byte outside ``[A-Za-z0-9_-]`` becomes ``~XX``
@@ -19,13 +19,28 @@ METRICS_ALL: Final = f"{PREFIX}.metrics.>"
 DECISIONS_ALL: Final = f"{PREFIX}.decisions.>"
 ACTIONS_ALL: Final = f"{PREFIX}.actions.>"
 
+# The aggregator tier's scale-out (gpuscale_aggregator.core.scaleout explains
+# it): a queue group splits node batches into per-workload sub-batches, the
+# NATS server's subject mapping assigns each workload to one partition.
+AGGREGATOR_SPLIT_QUEUE: Final = "gpuscale-aggregator-split"
+AGGREGATOR_WSAMPLES_PREFIX: Final = f"{PREFIX}.aggregator.wsamples"
+AGGREGATOR_PARTS_PREFIX: Final = f"{PREFIX}.aggregator.part"
+AGGREGATOR_PARTS_ALL: Final = f"{AGGREGATOR_PARTS_PREFIX}.>"
+
 # JetStream names (streams, consumers, KV buckets) also live here: the NATS
 # permissions in deploy/base/nats/auth.conf name them too.
 DECISIONS_STREAM: Final = "GPUSCALE_DECISIONS"
 SAMPLES_STREAM: Final = "GPUSCALE_SAMPLES"
+AGGREGATOR_PARTS_STREAM: Final = "GPUSCALE_AGGREGATOR_PARTS"
 ACTUATOR_DURABLE: Final = "gpuscale-actuator"
 ACTUATOR_APPLIED_BUCKET: Final = "GPUSCALE_ACTUATOR_APPLIED"
 DECIDER_STATE_BUCKET: Final = "gpuscale_decider_state"
+# Decisions are kept a day for audit; the actuator never acts on old ones.
+DECISIONS_MAX_AGE_S: Final = 24 * 3600.0
+# Past --max-decision-age a redelivered decision is skipped as stale anyway.
+ACTUATOR_APPLIED_TTL_S: Final = 3600.0
+# JetStream's own default de-duplication window (Nats-Msg-Id).
+DUPLICATE_WINDOW_S: Final = 120.0
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPE = re.compile(r"~([0-9A-F]{2})")
@@ -119,3 +134,88 @@ def parse_workload(subject: str, family: str) -> WorkloadKey:
     if len(parts) != 6 or ".".join(parts[:3]) != f"{PREFIX}.{family}":
         raise SubjectError(f"not a {family} subject: {subject!r}")
     return WorkloadKey(*(unescape_token(p) for p in parts[3:]))
+
+
+# --- the aggregator's scale-out ------------------------------------------------------
+
+
+def aggregator_wsamples(key: WorkloadKey) -> str:
+    """Where the split stage re-publishes one workload's share of a node batch."""
+    return f"{AGGREGATOR_WSAMPLES_PREFIX}.{escape_token(key.namespace)}.{escape_token(key.kind)}.{escape_token(key.name)}"
+
+
+def aggregator_partition(index: int) -> str:
+    """Everything partition ``index`` owns (the mapped per-workload sub-batches)."""
+    return f"{AGGREGATOR_PARTS_PREFIX}.{index}.>"
+
+
+def parse_aggregator_part(subject: str) -> str:
+    """The workload part (``<ns>.<kind>.<name>``, escaped) of a partition subject:
+    sub-batches are ordered per node and workload."""
+    return subject.split(".", 4)[-1]
+
+
+def aggregator_partition_mapping(partitions: int) -> str:
+    """The nats-server configuration block that assigns workloads to partitions."""
+    if partitions < 1:
+        raise ValueError("partitions must be >= 1")
+    source = f"{AGGREGATOR_WSAMPLES_PREFIX}.*.*.*"
+    target = (
+        f"{AGGREGATOR_PARTS_PREFIX}.{{{{partition({partitions},1,2,3)}}}}"
+        ".{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}"
+    )
+    return f'mappings = {{\n  "{source}": "{target}"\n}}\n'
+
+
+# --- JetStream streams and KV buckets, each declared once -------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """A stream as gpuscale declares it (gpuscale.natsio.declare_stream creates
+    or updates it). Every service that touches a stream uses the same spec."""
+
+    name: str
+    subjects: tuple[str, ...]
+    max_age_s: float | None
+    storage: str = "file"
+    duplicate_window_s: float = DUPLICATE_WINDOW_S
+
+
+@dataclass(frozen=True, slots=True)
+class KvSpec:
+    bucket: str
+    history: int = 1
+    ttl_s: float | None = None
+    storage: str = "file"
+
+
+# The decider creates it, the actuator creates it only where it is missing:
+# both from this one declaration.
+DECISIONS: Final = StreamSpec(DECISIONS_STREAM, (DECISIONS_ALL,), max_age_s=DECISIONS_MAX_AGE_S)
+ACTUATOR_APPLIED: Final = KvSpec(ACTUATOR_APPLIED_BUCKET, ttl_s=ACTUATOR_APPLIED_TTL_S)
+
+
+def _window_stream(name: str, subject: str, window_s: float, storage: str) -> StreamSpec:
+    return StreamSpec(
+        name,
+        (subject,),
+        max_age_s=window_s,
+        storage=storage,
+        duplicate_window_s=min(window_s, DUPLICATE_WINDOW_S),
+    )
+
+
+def samples_stream(window_s: float, storage: str = "file") -> StreamSpec:
+    """The aggregator's replay stream: the samples of one window."""
+    return _window_stream(SAMPLES_STREAM, SAMPLES_ALL, window_s, storage)
+
+
+def aggregator_parts_stream(window_s: float, storage: str = "file") -> StreamSpec:
+    """The partitioned aggregators' replay stream: the mapped sub-batches of one window."""
+    return _window_stream(AGGREGATOR_PARTS_STREAM, AGGREGATOR_PARTS_ALL, window_s, storage)
+
+
+def decider_state(bucket: str = DECIDER_STATE_BUCKET) -> KvSpec:
+    """The decider's state (stabilization history), one entry per workload."""
+    return KvSpec(bucket, history=1)

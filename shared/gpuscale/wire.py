@@ -1,517 +1,511 @@
-"""Wire contract v1 (DESIGN.md §3): typed messages and their validation.
+"""Wire contract v1 (DESIGN.md §3): the typed messages, their limits in their types.
 
-Purely computational: values in, values out. Encoding to bytes lives in
-:mod:`gpuscale.codec`, the only module that knows msgpack. Every ``from_wire``
-takes the decoded map and ``now`` (unix seconds) and either returns a typed
-message or raises :class:`WireError` with a short, bounded ``code`` (used as a
-metrics label) and a human ``detail``.
+Every v1 payload is a MessagePack map; the msgspec Structs below are its one
+definition. The contract's limits live in the field types (:data:`Percent` is
+a float in [0, 100], names are non-empty and fit Kubernetes' lengths, an
+outcome is one of :class:`Outcome`), so decoding *is* validating:
+:mod:`gpuscale.codec`, the only module that turns bytes into these and back,
+decodes straight into them. What a type cannot say is checked by each
+message's ``check(now)`` after decoding (a timestamp against the receiver's
+clock) and by :func:`unusable_gpus` (a healthy GPU without a value).
+
+Compatibility within v1 (docs/UPGRADING.md): a producer may add optional
+fields at any level and new metric names. A consumer ignores what it does not
+know (Structs skip unknown keys; a metric map is a Struct too, so an unknown
+metric name is one more unknown key) and uses the rest. Rejected is only what
+is wrong: undecodable bytes, another version, a required field absent or of
+the wrong type, an impossible value. A field whose null means "unknown" may
+also be absent (absent reads as null).
+
+Purely computational: no I/O, no clock (``now`` is a parameter), no
+MessagePack (that is :mod:`gpuscale.codec`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from typing import Annotated, Any, ClassVar, Final
+
+import msgspec
+from msgspec import UNSET as UNSET  # re-exported: the aggregator marks absent metrics with it
+from msgspec import Meta, Struct, UnsetType
 
 WIRE_VERSION: Final = 1
 # A clock skew allowance: producers' clocks may run ahead, but not by this much.
 MAX_FUTURE_SKEW_S: Final = 60.0
+HEALTH_OK: Final = "ok"
 
-METRIC_NAMES: Final = (
-    "gpu_util",
-    "sm_active",
-    "sm_util",
-    "gpu_mem_used_ratio",
-    "gpu_mem_used_mib",
-    "power_w",
-)
+# --- the limits, as types ----------------------------------------------------------
+# Every float has both bounds so that NaN and ±inf are rejected (a comparison
+# with NaN is false); the largest finite double is the bound where the
+# contract sets none.
 
-ACTION_OUTCOMES: Final = (
-    "applied",
-    "skipped_stale",
-    "skipped_dry_run",
-    "conflict_retried",
-    "failed",
-    "refused",
-)
+_FINITE: Final = sys.float_info.max
+
+Percent = Annotated[float, Meta(ge=0.0, le=100.0)]
+NonNegative = Annotated[float, Meta(ge=0.0, le=_FINITE)]
+Timestamp = Annotated[float, Meta(ge=0.0, le=_FINITE, description="unix seconds")]
+Celsius = Annotated[float, Meta(ge=-273.0, le=1000.0)]
+IntervalS = Annotated[float, Meta(ge=0.001, le=3600.0)]
+WindowS = Annotated[float, Meta(ge=0.001, le=_FINITE)]
+Count = Annotated[int, Meta(ge=0)]
+Text = Annotated[str, Meta(min_length=1)]
+# Kubernetes names (apimachinery's validation): a namespace and a container
+# name are DNS-1123 labels (63), object and node names DNS-1123 subdomains
+# (253); a kind is a CamelCase name, 63 is generous.
+Namespace = Annotated[str, Meta(min_length=1, max_length=63)]
+ObjectName = Annotated[str, Meta(min_length=1, max_length=253)]
+KindName = Annotated[str, Meta(min_length=1, max_length=63)]
+ContainerName = Annotated[str, Meta(max_length=63)]  # empty: not known
+PodUid = Annotated[str, Meta(max_length=128)]  # empty: not known
+ApiVersion = Annotated[str, Meta(min_length=1, max_length=253)]
+OptionalNamespace = Annotated[str, Meta(max_length=63)]
+OptionalKind = Annotated[str, Meta(max_length=63)]
+OptionalName = Annotated[str, Meta(max_length=253)]
 
 
 class WireError(ValueError):
-    """A message that breaks the contract. ``code`` is low-cardinality."""
+    """A message that breaks the contract. ``code`` is one of
+    :data:`ERROR_CODES` (a metrics label: low cardinality); ``detail`` is for
+    people and names the field (``$.gpus[0].util``); ``path`` is that field."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, path: str = "") -> None:
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail
+        self.path = path
 
 
-# --- field readers -----------------------------------------------------------
-# Small, fast checks: the aggregator runs these ~100k times a second.
+# The reasons a payload is rejected. Consumers add their own few
+# (subject_mismatch, bad_subject, node_mismatch, too_old) on the same label.
+ERROR_CODES: Final = (
+    "undecodable",
+    "not_a_map",
+    "wrong_version",
+    "missing_field",
+    "wrong_type",
+    "out_of_range",
+    "not_finite",
+    "future_timestamp",
+    "invalid",
+)
 
 
-def _get(m: dict[Any, Any], key: str, where: str) -> Any:
-    try:
-        return m[key]
-    except KeyError:
-        raise WireError("missing_field", f"{where}{key} is missing") from None
+class _Wire(Struct, frozen=True, gc=False):
+    """Every wire shape: immutable, and untracked by the garbage collector
+    (messages are trees, never cycles; the aggregator decodes 100,000 a second)."""
 
 
-def _str(m: dict[Any, Any], key: str, where: str = "", *, empty_ok: bool = False) -> str:
-    v = _get(m, key, where)
-    if type(v) is not str:
-        raise WireError("wrong_type", f"{where}{key} must be a string, got {type(v).__name__}")
-    if not v and not empty_ok:
-        raise WireError("out_of_range", f"{where}{key} must not be empty")
-    return v
+class _Message(_Wire, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
+    """A top-level payload: ``v`` (the tag) is written first and checked on decode."""
+
+    KIND: ClassVar[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The payload as plain maps and lists, exactly as it is encoded (tools, tests, docs)."""
+        payload: dict[str, Any] = _lists(msgspec.to_builtins(self))
+        return payload
 
 
-def _int(m: dict[Any, Any], key: str, where: str = "", *, minimum: int = 0) -> int:
-    v = _get(m, key, where)
-    if type(v) is not int:
-        raise WireError("wrong_type", f"{where}{key} must be an integer, got {type(v).__name__}")
-    if v < minimum:
-        raise WireError("out_of_range", f"{where}{key} must be >= {minimum}, got {v}")
-    return v
+class OtherVersion(_Wire, frozen=True, gc=False, tag_field="v", tag=0):
+    """Never sent. msgspec checks a tag only inside a union: decoding
+    ``Message | OtherVersion`` makes ``v`` required and rejects any value but 1
+    (a payload with ``v: 0`` decodes to this, and is rejected as another version)."""
 
 
-def _check_number(v: Any, key: str, where: str, lo: float | None, hi: float | None) -> float:
-    t = type(v)
-    if t is not float and t is not int:
-        raise WireError("wrong_type", f"{where}{key} must be a number, got {t.__name__}")
-    f = float(v)
-    if not math.isfinite(f):
-        raise WireError("not_finite", f"{where}{key} must be finite, got {f}")
-    if (lo is not None and f < lo) or (hi is not None and f > hi):
-        raise WireError("out_of_range", f"{where}{key}={f} outside [{lo}, {hi}]")
-    return f
+def _lists(value: Any) -> Any:
+    """Tuples as the lists MessagePack reads them back as."""
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_lists(v) for v in value]
+    return value
 
 
-def _num(
-    m: dict[Any, Any], key: str, where: str = "", lo: float | None = None, hi: float | None = None
-) -> float:
-    return _check_number(_get(m, key, where), key, where, lo, hi)
-
-
-def _opt_num(
-    m: dict[Any, Any], key: str, where: str = "", lo: float | None = None, hi: float | None = None
-) -> float | None:
-    v = _get(m, key, where)
-    if v is None:
-        return None
-    return _check_number(v, key, where, lo, hi)
-
-
-def _opt_str(m: dict[Any, Any], key: str, where: str = "") -> str | None:
-    v = _get(m, key, where)
-    if v is None:
-        return None
-    if type(v) is not str:
-        raise WireError("wrong_type", f"{where}{key} must be a string or null")
-    return v
-
-
-def _map(m: dict[Any, Any], key: str, where: str = "") -> dict[Any, Any]:
-    v = _get(m, key, where)
-    if type(v) is not dict:
-        raise WireError("wrong_type", f"{where}{key} must be a map, got {type(v).__name__}")
-    return v
-
-
-def _list(m: dict[Any, Any], key: str, where: str = "") -> list[Any]:
-    v = _get(m, key, where)
-    if type(v) is not list:
-        raise WireError("wrong_type", f"{where}{key} must be a list, got {type(v).__name__}")
-    return v
-
-
-def _ts(m: dict[Any, Any], key: str, now: float, where: str = "") -> float:
-    ts = _num(m, key, where, lo=0.0)
+def _not_ahead(ts: float, now: float, path: str) -> None:
     if ts > now + MAX_FUTURE_SKEW_S:
         raise WireError(
             "future_timestamp",
-            f"{where}{key}={ts:.3f} is {ts - now:.1f} s ahead of now (limit {MAX_FUTURE_SKEW_S:.0f} s)",
+            f"{path}={ts:.3f} is {ts - now:.1f} s ahead of now (limit {MAX_FUTURE_SKEW_S:.0f} s)",
+            path,
         )
-    return ts
 
 
-def check_envelope(obj: Any) -> dict[Any, Any]:
-    """The outer shape every v1 payload shares: a map with ``v == 1``."""
-    if type(obj) is not dict:
-        raise WireError("not_a_map", f"payload must be a map, got {type(obj).__name__}")
-    v = obj.get("v")
-    if v is None:
-        raise WireError("missing_field", "v is missing")
-    if v != WIRE_VERSION or type(v) is not int:
-        raise WireError("wrong_version", f"v={v!r}, this consumer speaks v{WIRE_VERSION}")
-    return obj
+# --- metric values ---------------------------------------------------------------
 
 
-# --- samples -----------------------------------------------------------------
+class MetricValues(_Wire, frozen=True, gc=False):
+    """A metric map (name -> value) with each metric's limits in its type.
 
+    A Struct, not a dict: a metric name this consumer does not know is an
+    unknown key, skipped like any unknown field, so a producer may add metrics
+    within v1 (docs/UPGRADING.md). An absent metric is ``UNSET`` and not
+    written. A new metric is one line here (and one in docs/asyncapi.yaml,
+    which a test compares). Reads like a read-only mapping of the metrics present.
+    """
 
-@dataclass(frozen=True, slots=True)
-class WorkloadRef:
-    kind: str
-    name: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name}
+    gpu_util: Percent | UnsetType = UNSET  # device duty cycle (DCGM_FI_DEV_GPU_UTIL)
+    sm_active: Percent | UnsetType = UNSET  # SM activity, NVML GPM (Hopper and newer)
+    sm_util: Percent | UnsetType = UNSET  # the pod's own processes' SM utilization
+    gpu_mem_used_ratio: Percent | UnsetType = UNSET  # % of the framebuffer
+    gpu_mem_used_mib: NonNegative | UnsetType = UNSET
+    power_w: NonNegative | UnsetType = UNSET
 
     @classmethod
-    def from_wire(cls, m: Any, where: str = "workload.") -> WorkloadRef:
-        if type(m) is not dict:
-            raise WireError("wrong_type", f"{where[:-1]} must be a map")
-        return cls(kind=_str(m, "kind", where), name=_str(m, "name", where))
+    def of(cls, values: Mapping[str, float]) -> MetricValues:
+        """From a name -> value map; a name not in :data:`METRIC_NAMES` is a TypeError."""
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, float]:
+        """The metrics present (an absent one is UNSET, which this leaves out)."""
+        values: dict[str, float] = msgspec.to_builtins(self)
+        return values
+
+    def get(self, name: str, default: float | None = None) -> float | None:
+        v = getattr(self, name, UNSET) if name in _METRIC_SET else UNSET
+        return default if v is UNSET else v
+
+    def __getitem__(self, name: str) -> float:
+        v = self.get(name)
+        if v is None:
+            raise KeyError(name)
+        return v
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+    def items(self) -> Iterator[tuple[str, float]]:
+        return iter(self.to_dict().items())
 
 
-@dataclass(frozen=True, slots=True)
-class GpuOwner:
+METRIC_NAMES: Final[tuple[str, ...]] = MetricValues.__struct_fields__
+_METRIC_SET: Final = frozenset(METRIC_NAMES)
+NO_METRICS: Final = MetricValues()
+
+
+# --- samples -------------------------------------------------------------------
+
+
+class WorkloadRef(_Wire, frozen=True, gc=False):
+    kind: KindName
+    name: ObjectName
+
+
+class GpuOwner(_Wire, frozen=True, gc=False):
     """A pod (container) that holds a GPU, or a share of it."""
 
-    namespace: str
-    pod: str
-    container: str
-    pod_uid: str
+    namespace: Namespace
+    pod: ObjectName
+    container: ContainerName
+    pod_uid: PodUid
     workload: WorkloadRef
-    sm_util: float | None = None  # % for this owner when attributed per process
-    fb_used_mib: float | None = None  # this owner's framebuffer, when known
+    sm_util: Percent | None = None  # % for this owner when attributed per process
+    fb_used_mib: NonNegative | None = None  # this owner's framebuffer, when known
     # The pod's Ready condition when the collector knows it (None: unknown).
     # A pod that is not ready (loading its model) counts as missing, as HPA
     # treats unready pods, rather than as a fresh pod at 0 %.
     ready: bool | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "pod": self.pod,
-            "container": self.container,
-            "pod_uid": self.pod_uid,
-            "workload": self.workload.to_wire(),
-            "sm_util": self.sm_util,
-            "fb_used_mib": self.fb_used_mib,
-            "ready": self.ready,
-        }
 
-    @classmethod
-    def from_wire(cls, m: Any, where: str = "owner.") -> GpuOwner:
-        if type(m) is not dict:
-            raise WireError("wrong_type", f"{where[:-1]} must be a map")
-        ready = m.get("ready")  # optional: producers before it omit it
-        if ready is not None and type(ready) is not bool:
-            raise WireError("wrong_type", f"{where}ready must be true, false or null")
-        return cls(
-            namespace=_str(m, "namespace", where),
-            pod=_str(m, "pod", where),
-            container=_str(m, "container", where, empty_ok=True),
-            pod_uid=_str(m, "pod_uid", where, empty_ok=True),
-            workload=WorkloadRef.from_wire(_get(m, "workload", where), where + "workload."),
-            sm_util=_opt_num(m, "sm_util", where, 0.0, 100.0),
-            fb_used_mib=_opt_num(m, "fb_used_mib", where, 0.0),
-            ready=ready,
-        )
-
-
-HEALTH_OK: Final = "ok"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSample:
+class GpuSample(_Wire, frozen=True, gc=False, kw_only=True):
     """One GPU (or MIG device) at one tick. Values are None when ``health`` is
     not ``ok`` (a lost GPU publishes no values, never its last ones)."""
 
-    uuid: str
-    index: int
+    uuid: Text
+    index: Count
     model: str
-    util: float | None
-    mem_util: float | None
-    fb_used_mib: float | None
-    fb_free_mib: float | None
-    temp_c: float | None
-    power_w: float | None
-    sm_active: float | None = None
-    mig: str | None = None
-    health: str = HEALTH_OK
-    owners: tuple[GpuOwner, ...] = ()
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "uuid": self.uuid,
-            "index": self.index,
-            "model": self.model,
-            "util": self.util,
-            "mem_util": self.mem_util,
-            "fb_used_mib": self.fb_used_mib,
-            "fb_free_mib": self.fb_free_mib,
-            "temp_c": self.temp_c,
-            "power_w": self.power_w,
-            "sm_active": self.sm_active,
-            "mig": self.mig,
-            "health": self.health,
-            "owners": [o.to_wire() for o in self.owners],
-        }
-
-    @classmethod
-    def from_wire(cls, m: Any, where: str = "gpu.") -> GpuSample:
-        if type(m) is not dict:
-            raise WireError("wrong_type", f"{where[:-1]} must be a map")
-        health = _str(m, "health", where)
-        owners_raw = _list(m, "owners", where)
-        sample = cls(
-            uuid=_str(m, "uuid", where),
-            index=_int(m, "index", where),
-            model=_str(m, "model", where, empty_ok=True),
-            util=_opt_num(m, "util", where, 0.0, 100.0),
-            mem_util=_opt_num(m, "mem_util", where, 0.0, 100.0),
-            fb_used_mib=_opt_num(m, "fb_used_mib", where, 0.0),
-            fb_free_mib=_opt_num(m, "fb_free_mib", where, 0.0),
-            temp_c=_opt_num(m, "temp_c", where, -273.0, 1000.0),
-            power_w=_opt_num(m, "power_w", where, 0.0),
-            sm_active=_opt_num(m, "sm_active", where, 0.0, 100.0),
-            mig=_opt_str(m, "mig", where),
-            health=health,
-            owners=tuple(GpuOwner.from_wire(o, where + "owners[].") for o in owners_raw),
-        )
-        if health == HEALTH_OK and sample.util is None:
-            raise WireError("missing_field", f"{where}util is null on a healthy GPU")
-        return sample
+    util: Percent | None
+    mem_util: Percent | None
+    fb_used_mib: NonNegative | None
+    fb_free_mib: NonNegative | None
+    temp_c: Celsius | None
+    power_w: NonNegative | None
+    sm_active: Percent | None = None  # SM activity from NVML GPM on Hopper and newer
+    mig: str | None = None  # parent GPU uuid of a MIG device
+    health: Text  # "ok", or the NVML error
+    owners: tuple[GpuOwner, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class SampleBatch:
+class SampleBatch(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
     """One node's GPUs at one tick: ``gpuscale.v1.samples.<node>``."""
 
-    node: str
-    ts: float
-    seq: int
-    interval_s: float
+    node: ObjectName
+    ts: Timestamp
+    seq: Count
+    interval_s: IntervalS
     gpus: tuple[GpuSample, ...]
-    # Entries dropped while parsing a sound batch, as (index, WireError).
-    rejected_gpus: tuple[tuple[int, WireError], ...] = field(default=(), compare=False)
 
     KIND: ClassVar[str] = "samples"
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "v": WIRE_VERSION,
-            "node": self.node,
-            "ts": self.ts,
-            "seq": self.seq,
-            "interval_s": self.interval_s,
-            "gpus": [g.to_wire() for g in self.gpus],
-        }
-
-    @classmethod
-    def from_wire(cls, obj: Any, now: float) -> SampleBatch:
-        """Validate a batch. A bad GPU entry does not sink a sound batch: it is
-        left out and reported in ``rejected_gpus``."""
-        m = check_envelope(obj)
-        node = _str(m, "node")
-        ts = _ts(m, "ts", now)
-        seq = _int(m, "seq")
-        interval_s = _num(m, "interval_s", lo=0.001, hi=3600.0)
-        gpus: list[GpuSample] = []
-        rejected: list[tuple[int, WireError]] = []
-        for i, g in enumerate(_list(m, "gpus")):
-            try:
-                gpus.append(GpuSample.from_wire(g))
-            except WireError as e:
-                rejected.append((i, e))
-        return cls(node, ts, seq, interval_s, tuple(gpus), tuple(rejected))
+    def check(self, now: float) -> None:
+        """What the types cannot say: ``ts`` against the receiver's clock."""
+        _not_ahead(self.ts, now, "$.ts")
 
 
-# --- metrics -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PodMetrics:
-    pod: str
-    values: dict[str, float]  # metric name -> window mean
-    last_seen: float
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"pod": self.pod, "values": dict(self.values), "last_seen": self.last_seen}
-
-    @classmethod
-    def from_wire(cls, m: Any, now: float) -> PodMetrics:
-        if type(m) is not dict:
-            raise WireError("wrong_type", "pods[] must be a map")
-        return cls(
-            pod=_str(m, "pod", "pods[]."),
-            values=_metric_values(_map(m, "values", "pods[]."), "pods[].values."),
-            last_seen=_ts(m, "last_seen", now, "pods[]."),
-        )
-
-
-def _metric_values(m: dict[Any, Any], where: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k, v in m.items():
-        if type(k) is not str or k not in METRIC_NAMES:
-            raise WireError("unknown_metric", f"{where}{k!r} is not one of {', '.join(METRIC_NAMES)}")
-        hi = 100.0 if k in ("gpu_util", "sm_active", "sm_util", "gpu_mem_used_ratio") else None
-        out[k] = _check_number(v, k, where, 0.0, hi)
+def unusable_gpus(batch: SampleBatch) -> list[tuple[int, WireError]]:
+    """Entries of a decoded batch that break a rule across fields: a healthy GPU
+    must have a value. The caller leaves them out; the rest of the batch stands."""
+    out: list[tuple[int, WireError]] = []
+    for i, g in enumerate(batch.gpus):
+        if g.util is None and g.health == HEALTH_OK:
+            path = f"$.gpus[{i}].util"
+            out.append((i, WireError("missing_field", f"{path} is null on a healthy GPU", path)))
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class WorkloadMetrics:
+# --- metrics ---------------------------------------------------------------------
+
+
+class PodMetrics(_Wire, frozen=True, gc=False):
+    pod: ObjectName
+    values: MetricValues  # window means
+    last_seen: Timestamp
+
+
+class WorkloadMetrics(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
     """Windowed averages for one workload: ``gpuscale.v1.metrics.<ns>.<kind>.<name>``."""
 
-    namespace: str
-    kind: str
-    name: str
-    ts: float
-    window_s: float
+    namespace: Namespace
+    kind: KindName
+    name: ObjectName
+    ts: Timestamp
+    window_s: WindowS
     pods: tuple[PodMetrics, ...]
-    averages: dict[str, float]
-    pods_fresh: int
-    pods_stale: int
+    averages: MetricValues  # mean over fresh pods, as HPA averages Pods metrics
+    pods_fresh: Count
+    pods_stale: Count
 
     KIND: ClassVar[str] = "metrics"
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "v": WIRE_VERSION,
-            "namespace": self.namespace,
-            "kind": self.kind,
-            "name": self.name,
-            "ts": self.ts,
-            "window_s": self.window_s,
-            "pods": [p.to_wire() for p in self.pods],
-            "averages": dict(self.averages),
-            "pods_fresh": self.pods_fresh,
-            "pods_stale": self.pods_stale,
-        }
-
-    @classmethod
-    def from_wire(cls, obj: Any, now: float) -> WorkloadMetrics:
-        m = check_envelope(obj)
-        return cls(
-            namespace=_str(m, "namespace"),
-            kind=_str(m, "kind"),
-            name=_str(m, "name"),
-            ts=_ts(m, "ts", now),
-            window_s=_num(m, "window_s", lo=0.001),
-            pods=tuple(PodMetrics.from_wire(p, now) for p in _list(m, "pods")),
-            averages=_metric_values(_map(m, "averages"), "averages."),
-            pods_fresh=_int(m, "pods_fresh"),
-            pods_stale=_int(m, "pods_stale"),
-        )
+    def check(self, now: float) -> None:
+        _not_ahead(self.ts, now, "$.ts")
+        limit = now + MAX_FUTURE_SKEW_S
+        for i, p in enumerate(self.pods):
+            if p.last_seen > limit:
+                _not_ahead(p.last_seen, now, f"$.pods[{i}].last_seen")
 
 
 # --- decisions and actions ---------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    """A change of replicas the decider wants: ``gpuscale.v1.decisions.<ns>.<kind>.<name>``."""
+class ScaleTargetRef:
+    """What a scale subresource belongs to: a GPUScaler's ``scaleTargetRef``
+    plus its namespace, and what a decision names."""
 
-    id: str
-    ts: float
-    namespace: str
+    api_version: str
     kind: str
     name: str
-    from_replicas: int
-    to_replicas: int
-    reason: str
-    inputs: dict[str, Any]
+    namespace: str = ""
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def reference(self) -> str:
+        """``Deployment/bert``, as ``kubectl get hpa`` shows REFERENCE."""
+        return f"{self.kind}/{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+
+DEFAULT_API_VERSION: Final = "apps/v1"
+
+
+class Decision(_Message, frozen=True, gc=False, kw_only=True, tag_field="v", tag=WIRE_VERSION):
+    """A change of replicas the decider wants: ``gpuscale.v1.decisions.<ns>.<kind>.<name>``."""
+
+    id: Text
+    ts: Timestamp
+    namespace: Namespace
+    kind: KindName
+    name: ObjectName
     # The target's scale subresource, so the actuator needs no policy lookup.
-    api_version: str = "apps/v1"
+    api_version: ApiVersion = DEFAULT_API_VERSION
+    from_replicas: Count
+    to_replicas: Count
+    reason: Text
+    inputs: dict[str, Any]  # metric averages, targets, pod counts, the recommendation list
 
     KIND: ClassVar[str] = "decisions"
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "v": WIRE_VERSION,
-            "id": self.id,
-            "ts": self.ts,
-            "namespace": self.namespace,
-            "kind": self.kind,
-            "name": self.name,
-            "api_version": self.api_version,
-            "from_replicas": self.from_replicas,
-            "to_replicas": self.to_replicas,
-            "reason": self.reason,
-            "inputs": self.inputs,
-        }
+    def check(self, now: float) -> None:
+        _not_ahead(self.ts, now, "$.ts")
 
-    @classmethod
-    def from_wire(cls, obj: Any, now: float) -> Decision:
-        m = check_envelope(obj)
-        api_version = m.get("api_version", "apps/v1")
-        if type(api_version) is not str or not api_version:
-            raise WireError("wrong_type", "api_version must be a non-empty string")
-        return cls(
-            id=_str(m, "id"),
-            ts=_ts(m, "ts", now),
-            namespace=_str(m, "namespace"),
-            kind=_str(m, "kind"),
-            name=_str(m, "name"),
-            from_replicas=_int(m, "from_replicas"),
-            to_replicas=_int(m, "to_replicas"),
-            reason=_str(m, "reason"),
-            inputs=_map(m, "inputs"),
-            api_version=api_version,
-        )
+    @property
+    def target(self) -> ScaleTargetRef:
+        return ScaleTargetRef(self.api_version, self.kind, self.name, self.namespace)
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
+class Outcome(StrEnum):
+    """What the actuator did with a decision."""
+
+    APPLIED = "applied"
+    SKIPPED_STALE = "skipped_stale"
+    SKIPPED_DRY_RUN = "skipped_dry_run"
+    CONFLICT_RETRIED = "conflict_retried"
+    FAILED = "failed"
+    REFUSED = "refused"  # the target's GPUScaler does not allow it (the actuator's admission)
+
+
+ACTION_OUTCOMES: Final = tuple(o.value for o in Outcome)
+
+
+class Action(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
     """What the actuator did with a decision: ``gpuscale.v1.actions.<ns>.<kind>.<name>``."""
 
-    decision_id: str
-    ts: float
-    outcome: str
-    replicas_before: int | None
-    replicas_after: int | None
+    decision_id: Text
+    ts: Timestamp
+    outcome: Outcome
+    replicas_before: Count | None
+    replicas_after: Count | None
     error: str | None = None
     # Where it happened; also in the subject, repeated so a payload stands alone.
-    namespace: str = ""
-    kind: str = ""
-    name: str = ""
+    namespace: OptionalNamespace = ""
+    kind: OptionalKind = ""
+    name: OptionalName = ""
 
     KIND: ClassVar[str] = "actions"
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "v": WIRE_VERSION,
-            "decision_id": self.decision_id,
-            "ts": self.ts,
-            "outcome": self.outcome,
-            "replicas_before": self.replicas_before,
-            "replicas_after": self.replicas_after,
-            "error": self.error,
-            "namespace": self.namespace,
-            "kind": self.kind,
-            "name": self.name,
-        }
-
-    @classmethod
-    def from_wire(cls, obj: Any, now: float) -> Action:
-        m = check_envelope(obj)
-        outcome = _str(m, "outcome")
-        if outcome not in ACTION_OUTCOMES:
-            raise WireError("out_of_range", f"outcome {outcome!r} not one of {', '.join(ACTION_OUTCOMES)}")
-        before = _get(m, "replicas_before", "")
-        after = _get(m, "replicas_after", "")
-        return cls(
-            decision_id=_str(m, "decision_id"),
-            ts=_ts(m, "ts", now),
-            outcome=outcome,
-            replicas_before=None if before is None else _int(m, "replicas_before"),
-            replicas_after=None if after is None else _int(m, "replicas_after"),
-            error=_opt_str(m, "error"),
-            namespace=_optional_text(m, "namespace"),
-            kind=_optional_text(m, "kind"),
-            name=_optional_text(m, "name"),
-        )
-
-
-def _optional_text(m: dict[Any, Any], key: str) -> str:
-    """A string field added after v1 first shipped: absent reads as empty."""
-    v = m.get(key, "")
-    if type(v) is not str:
-        raise WireError("wrong_type", f"{key} must be a string")
-    return v
+    def check(self, now: float) -> None:
+        _not_ahead(self.ts, now, "$.ts")
 
 
 Message = SampleBatch | WorkloadMetrics | Decision | Action
+MESSAGE_TYPES: Final = (SampleBatch, WorkloadMetrics, Decision, Action)
+
+
+# --- rejections: msgspec's error, as our reason codes ------------------------------
+
+# msgspec's messages: "Expected `int`, got `str` - at `$.seq`",
+# "Expected `float` >= 0.0 - at `$.ts`", "Object missing required field `id`",
+# "Invalid enum value 'maybe' - at `$.outcome`", "Invalid value 2 - at `$.v`".
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.DOTALL)
+_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]*)`")
+_CONSTRAINT = re.compile(r"^Expected `[^`]*` (?:of length )?(?:>=|<=|>|<)")
+_PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+
+
+def rejection(message: str, payload: Callable[[], Any]) -> WireError:
+    """A msgspec validation message about a whole payload, as a :class:`WireError`.
+
+    ``payload`` gives the payload decoded without a schema (called only here,
+    on the rejection path): the envelope is judged first, as a reader would
+    (not a map, no ``v``, another ``v``), then the message is classified.
+    """
+    raw = payload()
+    if not isinstance(raw, dict):
+        return WireError("not_a_map", f"payload must be a map, got {_type_name(raw)}", "$")
+    if "v" not in raw:
+        return WireError("missing_field", "$.v is missing", "$.v")
+    v = raw["v"]
+    if type(v) is not int or v != WIRE_VERSION:
+        return WireError("wrong_version", f"v={v!r}, this consumer speaks v{WIRE_VERSION}", "$.v")
+    return classify(message, raw)
+
+
+def classify(message: str, raw: Any, base: str = "$") -> WireError:
+    """One msgspec validation message as our code. ``raw`` is the value the
+    message's path starts from; ``base`` is that value's own path in the payload
+    (``$.gpus[3]`` for one GPU entry checked alone). A value out of range that
+    is NaN or infinite is ``not_finite``."""
+    m = _AT.match(message)
+    what, where = (m.group("what"), m.group("path") or "$") if m else (message, "$")
+    path = base + where[1:]
+    missing = _MISSING.match(what)
+    if missing:
+        path = f"{path}.{missing.group('field')}"
+        return WireError("missing_field", f"{path} is missing", path)
+    if what.startswith("Expected `") and ", got `" in what:
+        return WireError("wrong_type", f"{path}: {what}", path)
+    if _CONSTRAINT.match(what) or what.startswith("Invalid enum value"):
+        value = _at(raw, where)
+        if isinstance(value, float) and not math.isfinite(value):
+            return WireError("not_finite", f"{path} must be finite, got {value}", path)
+        return WireError("out_of_range", f"{path}: {what}", path)
+    return WireError("invalid", f"{path}: {what}", path)
+
+
+_TYPE_NAMES: Final[dict[type, str]] = {dict: "map", list: "array", str: "string", bytes: "bytes"}
+
+
+def _type_name(value: Any) -> str:
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _at(raw: Any, path: str) -> Any:
+    """The value at a msgspec path (``$.gpus[0].util``) in an untyped payload, or None."""
+    node = raw
+    for name, index in _PATH_STEP.findall(path):
+        try:
+            node = node[name] if name else node[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+# --- fields and metric names this reader does not know -----------------------------
+
+
+@cache
+def _known_fields(cls: type[Struct]) -> tuple[frozenset[str], dict[str, type[Struct]]]:
+    """A Struct's wire names, and the Structs nested under its fields (lists included)."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    names = {f.encode_name for f in info.fields}
+    if info.tag_field is not None:
+        names.add(info.tag_field)
+    nested: dict[str, type[Struct]] = {}
+    for f in info.fields:
+        t: Any = f.type
+        while True:
+            if isinstance(t, msgspec.inspect.UnionType):
+                structs = [x for x in t.types if isinstance(x, msgspec.inspect.StructType)]
+                t = structs[0] if structs else None
+            elif isinstance(t, msgspec.inspect.ListType | msgspec.inspect.VarTupleType):
+                t = t.item_type
+            else:
+                break
+        if isinstance(t, msgspec.inspect.StructType):
+            nested[f.encode_name] = t.cls
+    return frozenset(names), nested
+
+
+def unknown_fields(payload: Any, cls: type[Struct], prefix: str = "") -> set[str]:
+    """Keys of an untyped payload that ``cls`` does not know, as dotted paths
+    without list indexes (``gpus.owners.vendor``, ``averages.requests_waiting``).
+    Free-form maps (a decision's ``inputs``) are not looked into."""
+    out: set[str] = set()
+    if not isinstance(payload, dict):
+        return out
+    names, nested = _known_fields(cls)
+    for key, value in payload.items():
+        if key not in names:
+            out.add(f"{prefix}{key}")
+            continue
+        child = nested.get(key)
+        if child is None:
+            continue
+        if isinstance(value, list):
+            for item in value:
+                out |= unknown_fields(item, child, f"{prefix}{key}.")
+        else:
+            out |= unknown_fields(value, child, f"{prefix}{key}.")
+    return out

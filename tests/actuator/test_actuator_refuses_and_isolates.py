@@ -5,10 +5,10 @@ against kube-sim and a real nats-server."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 import pytest
+from msgspec.structs import replace  # the wire messages are msgspec Structs
 
 from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats

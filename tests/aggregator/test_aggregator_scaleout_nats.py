@@ -1,7 +1,7 @@
 """Two aggregator instances split the workloads: each is owned by exactly one.
 
 Uses its own nats-server, configured with the partition mapping
-(gpuscale_aggregator.core.scaleout.server_mapping_config).
+(gpuscale.subjects.aggregator_partition_mapping).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import connect, drain
-from gpuscale_aggregator.core.scaleout import server_mapping_config
+from gpuscale.subjects import aggregator_partition_mapping
 
 from ..waiting import eventually
 from .aggregator_builders import batch, gpu, owner
@@ -29,7 +29,7 @@ WORKLOADS = [f"svc-{i}" for i in range(8)]
 
 @pytest.fixture
 def partitioned_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
-    server = EmbeddedNats(store_dir=str(tmp_path), config_text=server_mapping_config(2))
+    server = EmbeddedNats(store_dir=str(tmp_path), config_text=aggregator_partition_mapping(2))
     server.start()
     try:
         yield server

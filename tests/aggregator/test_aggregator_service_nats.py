@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gpuscale.codec import encode_raw
 from gpuscale.embedded_nats import EmbeddedNats, free_port
 from gpuscale.natsio import NATS
 from gpuscale_aggregator.core.ingest import Aggregator
@@ -106,7 +107,7 @@ async def test_restart_replays_the_window(nats_server: EmbeddedNats, nats_client
     # The first messages equal what an aggregator that never restarted would publish.
     reference = Aggregator(WindowConfig(window_s=30.0))
     for b in sent:
-        reference.ingest(b, b["ts"], subject_node=b["node"])
+        reference.ingest(encode_raw(b), b["ts"], subject_node=b["node"])
     first_by_name: dict[str, Any] = {}
     for m in inbox.messages:
         first_by_name.setdefault(m.name, m)

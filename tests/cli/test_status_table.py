@@ -29,7 +29,15 @@ def test_targets_read_like_hpa() -> None:
 
 def test_table_has_the_columns_and_last_decision() -> None:
     decision = Decision(
-        "d1", NOW - 30, "default", "Deployment", "bert", 2, 3, "gpu_util 83.0 over target 70", {}
+        id="d1",
+        ts=NOW - 30,
+        namespace="default",
+        kind="Deployment",
+        name="bert",
+        from_replicas=2,
+        to_replicas=3,
+        reason="gpu_util 83.0 over target 70",
+        inputs={},
     )
     text = render_table(
         [

@@ -16,7 +16,7 @@ import yaml
 from gpuscale import codec, subjects
 from gpuscale.natsio import NATS
 from gpuscale.runtime import ServiceContext, run_async
-from gpuscale.wire import Decision, PodMetrics, WorkloadMetrics
+from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.app import serve
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.settings import DeciderSettings
@@ -88,8 +88,8 @@ def metrics_message(
         name=name,
         ts=ts,
         window_s=30.0,
-        pods=tuple(PodMetrics(pod, {"gpu_util": util}, ts) for pod in names[:fresh]),
-        averages={"gpu_util": util},
+        pods=tuple(PodMetrics(pod, MetricValues(gpu_util=util), ts) for pod in names[:fresh]),
+        averages=MetricValues(gpu_util=util),
         pods_fresh=fresh,
         pods_stale=0,
     )

@@ -11,7 +11,7 @@ from gpuscale.kube import NotFound, ScaleState, ScaleTargetRef
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.policy import GPUScaler, parse_gpuscaler
 from gpuscale.policyfile import parse_documents
-from gpuscale.wire import Action, Decision, PodMetrics, WorkloadMetrics
+from gpuscale.wire import Action, Decision, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.core.reconcile import Config
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.sources import MemoryStateStore, StaticPods, StaticScaleSource
@@ -54,8 +54,8 @@ def message(util: float, fresh: int, ts: float = NOW) -> tuple[str, bytes]:
         "bert",
         ts,
         30.0,
-        tuple(PodMetrics(f"bert-{i}", {"gpu_util": util}, ts) for i in range(fresh)),
-        {"gpu_util": util},
+        tuple(PodMetrics(f"bert-{i}", MetricValues(gpu_util=util), ts) for i in range(fresh)),
+        MetricValues(gpu_util=util),
         fresh,
         0,
     )

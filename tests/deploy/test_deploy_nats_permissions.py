@@ -25,7 +25,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from gpuscale import settings as settings_mod
 from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats, find_binary
-from gpuscale.natsio import ensure_kv, ensure_stream, headers_msg_id
+from gpuscale.natsio import declare_kv, declare_stream, headers_msg_id
 from gpuscale_actuator import app as actuator_app
 
 from ..waiting import eventually
@@ -187,19 +187,19 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
 
     # decider: its stream, a de-duplicated decision, its state bucket
     decider_js = decider.nc.jetstream(timeout=5)
-    await ensure_stream(decider_js, subjects.DECISIONS_STREAM, [subjects.DECISIONS_ALL])
+    await declare_stream(decider_js, subjects.DECISIONS)
     ack = await decider_js.publish(
         FAMILY_SUBJECTS["decisions"], b"decision-1", headers=headers_msg_id("decision-1")
     )
     assert ack.stream == subjects.DECISIONS_STREAM
     bucket = settings_mod.build(command_options("decider").settings_class, {}, {}).state_bucket
-    state = await ensure_kv(decider_js, bucket)
+    state = await declare_kv(decider_js, subjects.decider_state(bucket))
     await state.put("default.Deployment.bert-intent-detection", b"history")
     assert (await state.get("default.Deployment.bert-intent-detection")).value == b"history"
 
     # actuator: may (re)declare the stream, consumes durably, acks, records, reports
     actuator_js = actuator.nc.jetstream(timeout=5)
-    await ensure_stream(actuator_js, subjects.DECISIONS_STREAM, [subjects.DECISIONS_ALL])
+    await declare_stream(actuator_js, subjects.DECISIONS)
     pull = await actuator_js.pull_subscribe(
         subjects.DECISIONS_ALL,
         durable=actuator_app.DURABLE,
@@ -211,20 +211,14 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
     (msg,) = await pull.fetch(1, timeout=5)
     assert msg.data == b"decision-1"
     await msg.ack_sync(timeout=5)
-    applied = await ensure_kv(actuator_js, actuator_app.APPLIED_BUCKET, ttl_s=actuator_app.APPLIED_TTL_S)
+    applied = await declare_kv(actuator_js, subjects.ACTUATOR_APPLIED)
     await applied.put("decision-1", b"1")
     assert (await applied.get("decision-1")).value == b"1"
     await actuator.nc.publish(FAMILY_SUBJECTS["actions"], b"applied")
 
     # aggregator: the samples replay stream, filled by plain collector publishes
     aggregator_js = aggregator.nc.jetstream(timeout=5)
-    await ensure_stream(
-        aggregator_js,
-        subjects.SAMPLES_STREAM,
-        [subjects.SAMPLES_ALL],
-        max_age_s=60,
-        duplicate_window_s=10,
-    )
+    await declare_stream(aggregator_js, subjects.samples_stream(60.0))
     for i in range(3):
         await collector.nc.publish(FAMILY_SUBJECTS["samples"], f"batch-{i}".encode())
     await collector.nc.flush()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from gpuscale.subjects import WorkloadKey
+from gpuscale.wire import MetricValues
 from gpuscale_kedascaler.core import external_api
 from gpuscale_kedascaler.core.latest import (
     METRIC_NOT_REPORTED,
@@ -36,9 +38,13 @@ class Message:
     name: str = "bert"
     ts: float = NOW
     window_s: float = 30.0
-    averages: dict[str, float] = field(default_factory=lambda: {"gpu_util": 80.0})
+    averages: Any = field(default_factory=lambda: {"gpu_util": 80.0})
     pods_fresh: int = 2
     pods_stale: int = 0
+
+    def __post_init__(self) -> None:
+        # A metric map on the wire is gpuscale.wire.MetricValues.
+        self.averages = MetricValues.of(self.averages)
 
 
 def query(metric: str = "gpu_util", value: ValueKind = ValueKind.AVERAGE) -> WorkloadQuery:

@@ -9,6 +9,7 @@ from gpuscale.wire import (
     Decision,
     GpuOwner,
     GpuSample,
+    MetricValues,
     PodMetrics,
     SampleBatch,
     WorkloadMetrics,
@@ -42,6 +43,7 @@ def gpu(index: int = 0, **kw: Any) -> GpuSample:
         "temp_c": 61.0,
         "power_w": 512.5,
         "sm_active": 71.5,
+        "health": "ok",
         "owners": (owner(),),
     }
     base.update(kw)
@@ -67,8 +69,8 @@ def metrics(**kw: Any) -> WorkloadMetrics:
         "name": "bert",
         "ts": NOW,
         "window_s": 30.0,
-        "pods": (PodMetrics("bert-7d9f-abcde", {"gpu_util": 83.0, "power_w": 500.0}, NOW - 1),),
-        "averages": {"gpu_util": 83.0, "power_w": 500.0},
+        "pods": (PodMetrics("bert-7d9f-abcde", MetricValues(gpu_util=83.0, power_w=500.0), NOW - 1),),
+        "averages": MetricValues(gpu_util=83.0, power_w=500.0),
         "pods_fresh": 1,
         "pods_stale": 0,
     }

@@ -99,6 +99,13 @@ class Observer:
         self.custom = CustomObjectsApi(api)
         self.sim_url = sim_url.rstrip("/")
         self.log = get_logger(component="demo-observer")
+        # Messages from newer producers: unknown names are ignored, said once each.
+        self.metrics_reader = codec.Reader(WorkloadMetrics, on_unknown=self._unknown)
+        self.decisions_reader = codec.Reader(Decision, on_unknown=self._unknown)
+        self.actions_reader = codec.Reader(Action, on_unknown=self._unknown)
+
+    def _unknown(self, kind: str, field: str) -> None:
+        self.log.info("unknown_field_ignored", kind=kind, field=field)
 
     async def subscribe(self) -> None:
         await self.nc.subscribe(subjects.METRICS_ALL, cb=self._on_metrics)
@@ -107,14 +114,14 @@ class Observer:
 
     async def _on_metrics(self, msg: Any) -> None:
         with contextlib.suppress(WireError):
-            m = codec.decode(msg.data, WorkloadMetrics, time.time())
+            m = self.metrics_reader.decode(msg.data, time.time())
             if self.state.matches(m.namespace, m.name):
                 self.state.gpu_util_avg = m.averages.get(self.state.metric)
                 self.state.metrics_ts = m.ts
 
     async def _on_decision(self, msg: Any) -> None:
         with contextlib.suppress(WireError):
-            d = codec.decode(msg.data, Decision, time.time())
+            d = self.decisions_reader.decode(msg.data, time.time())
             if self.state.matches(d.namespace, d.name):
                 self.state.record.decisions.append(
                     DecisionRecord(self.state.t(d.ts), d.ts, d.from_replicas, d.to_replicas, d.reason, d.id)
@@ -122,7 +129,7 @@ class Observer:
 
     async def _on_action(self, msg: Any) -> None:
         with contextlib.suppress(WireError):
-            a = codec.decode(msg.data, Action, time.time())
+            a = self.actions_reader.decode(msg.data, time.time())
             self.state.record.actions.append(
                 ActionRecord(
                     self.state.t(a.ts),

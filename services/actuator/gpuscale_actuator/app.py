@@ -67,7 +67,6 @@ from gpuscale.kube import (
     NotFound,
     ScaleClient,
     ScaleState,
-    ScaleTargetRef,
     new_api_client,
     ping,
     record_event,
@@ -77,13 +76,12 @@ from gpuscale.kube import (
 from gpuscale.leader import LeaderElector
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.natsio import NATS, connect, drain, ensure_kv, ensure_stream, is_connected, jetstream
+from gpuscale.natsio import NATS, connect, declare_kv, declare_stream, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
-from gpuscale.wire import Decision, WireError
+from gpuscale.wire import Decision, Outcome, ScaleTargetRef, WireError
 from gpuscale_actuator.core.admit import Refusal, admit
 from gpuscale_actuator.core.plan import (
     LAST_DECISION_ANNOTATION,
-    Outcome,
     Step,
     StepKind,
     action_for,
@@ -96,11 +94,8 @@ from gpuscale_actuator.policies import PolicyView
 from gpuscale_actuator.settings import ActuatorSettings
 
 SERVICE: Final = "actuator"
-# JetStream names: these belong in gpuscale.subjects (asked for in the report).
 DURABLE: Final = subjects.ACTUATOR_DURABLE
 APPLIED_BUCKET: Final = subjects.ACTUATOR_APPLIED_BUCKET
-APPLIED_TTL_S: Final = 3600.0  # past --max-decision-age a redelivery is skipped as stale anyway
-DECISIONS_MAX_AGE_S: Final = 24 * 3600.0  # kept a day for audit; the actuator never acts on old ones
 RETRY_LATER_S: Final = 5.0  # first nak delay for a target the API server keeps failing on
 RETRY_LATER_MAX_S: Final = 60.0  # ... doubling up to this
 PING_PERIOD_S: Final = 5.0
@@ -197,6 +192,7 @@ class Actuator:
         self.policies = policies
         self.once = OncePerKey()
         self.log = get_logger(service=SERVICE, identity=elector.identity)
+        self.reader = codec.Reader(Decision, on_unknown=base_metrics.unknown_field)
         # (group, kind) whose objects RBAC lets us not read or patch: /scale only.
         self.scale_only: set[tuple[str, str]] = set()
         self._touches: set[asyncio.Task[None]] = set()
@@ -216,7 +212,7 @@ class Actuator:
         self.metrics.consumed.inc()
         now = time.time()
         try:
-            decision = codec.decode(msg.data, Decision, now)
+            decision = self.reader.decode(msg.data, now)
             self._check_subject(msg.subject, decision)
         except WireError as e:
             self._reject(msg.subject, e)
@@ -268,7 +264,7 @@ class Actuator:
         early = too_old_step(decision, now, self.settings.max_decision_age)
         if early is not None:
             return Result(early.outcome or Outcome.SKIPPED_STALE, None, None, early.why)
-        ref = ScaleTargetRef(decision.api_version, decision.kind, decision.name, decision.namespace)
+        ref = decision.target
         recorded = await self._is_recorded(decision.id)
         try:
             for attempt in (1, 2):
@@ -450,7 +446,7 @@ class Actuator:
         spec = event_for(decision, result.outcome, result.replicas_after, result.error)
         if spec is None:
             return
-        ref = ScaleTargetRef(decision.api_version, decision.kind, decision.name, decision.namespace)
+        ref = decision.target
         try:
             await record_event(
                 self.api,
@@ -589,18 +585,8 @@ async def _first(*aws: Awaitable[Any]) -> None:
 
 
 async def ensure_decisions_stream(js: JetStreamContext) -> None:
-    """Create the decisions stream if absent (the decider may own its config)."""
-    try:
-        await js.stream_info(subjects.DECISIONS_STREAM)
-    except NotFoundError:
-        await ensure_stream(
-            js,
-            subjects.DECISIONS_STREAM,
-            [subjects.DECISIONS_ALL],
-            max_age_s=DECISIONS_MAX_AGE_S,
-            storage="file",
-            duplicate_window_s=120.0,
-        )
+    """Create the decisions stream if absent (the decider owns its config)."""
+    await declare_stream(js, subjects.DECISIONS, only_if_missing=True)
 
 
 async def _setup_jetstream(js: JetStreamContext, stop: asyncio.Event, log: Any) -> KeyValue | None:
@@ -608,7 +594,7 @@ async def _setup_jetstream(js: JetStreamContext, stop: asyncio.Event, log: Any) 
     while not stop.is_set():
         try:
             await ensure_decisions_stream(js)
-            return await ensure_kv(js, APPLIED_BUCKET, ttl_s=APPLIED_TTL_S)
+            return await declare_kv(js, subjects.ACTUATOR_APPLIED)
         except Exception as e:  # noqa: BLE001 - JetStream not ready yet: retry until it is
             attempt += 1
             if attempt == 1 or attempt % 10 == 0:

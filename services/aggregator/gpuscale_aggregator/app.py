@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any, Final
 
 from nats.aio.msg import Msg
@@ -26,8 +26,9 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
+from gpuscale.codec import Reader
 from gpuscale.logging import OncePerKey, get_logger
-from gpuscale.natsio import NATS, connect, drain, ensure_stream, is_connected, jetstream
+from gpuscale.natsio import NATS, connect, declare_stream, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.wire import SampleBatch, WireError
@@ -139,9 +140,12 @@ class AggregatorService:
                 window_s=self.settings.window_s,
                 bucket_s=self.settings.bucket_s,
                 stale_intervals=self.settings.stale_intervals,
-            )
+            ),
+            on_unknown=ctx.metrics.unknown_field,
         )
         self.m = AggregatorMetrics(ctx)
+        # The split stage (scale-out) reads node batches with a reader of its own.
+        self.split_reader = Reader(SampleBatch, on_unknown=ctx.metrics.unknown_field)
         self.log = get_logger(service=SERVICE)
         self.once = OncePerKey()
         self.nc: NATS | None = None
@@ -185,31 +189,27 @@ class AggregatorService:
         if self.partitioned:
             subject_node = None
             # ...part.<i>.<ns>.<kind>.<name>: ordering is per node AND workload.
-            workload_token = subject.split(".", 4)[-1]
+            workload_token = subjects.parse_aggregator_part(subject)
         else:
             subject_node = self._subject_node(subject)
             if subject_node is None:
                 self._reject("bad_subject", f"not a samples subject: {subject[:200]!r}", subject[:200])
                 return
         try:
-            obj = codec.decode_raw(data)
+            batch, rejected_gpus = self.core.reader.read(data, now)
         except WireError as e:
             self._reject(e.code, e.detail, subject_node or subject[:200])
             return
         if self.partitioned:
-            node_hint = obj.get("node") if type(obj) is dict else None
-            source = (node_hint if type(node_hint) is str else "", workload_token)
-        result = self.core.ingest(obj, now, subject_node=subject_node, source=source)
+            source = (batch.node, workload_token)
+        result = self.core.ingest_batch(
+            batch, now, subject_node=subject_node, source=source, rejected_gpus=tuple(rejected_gpus)
+        )
         status = result.status
         if status == ACCEPTED:
             self.m.samples_in.inc(result.samples)
             if result.rejected_gpus:
-                for _, err in result.rejected_gpus:
-                    self.m.gpus_rejected.labels(reason=err.code).inc()
-                    if self.once.first("gpu", result.node, err.code):
-                        self.log.warning(
-                            "gpu_sample_rejected", node=result.node, reason=err.code, detail=err.detail
-                        )
+                self._count_rejected_gpus(result.node, result.rejected_gpus)
             if result.seq_reset:
                 self.m.seq_resets.inc()
                 self.log.info("collector_seq_reset", node=result.node)
@@ -225,6 +225,12 @@ class AggregatorService:
             self.m.ignored.labels(reason=status).inc()
             if self.once.first("ignored", result.node, status):
                 self.log.info("batch_ignored", node=result.node, reason=status)
+
+    def _count_rejected_gpus(self, node: str, rejected: Sequence[tuple[int, WireError]]) -> None:
+        for _, err in rejected:
+            self.m.gpus_rejected.labels(reason=err.code).inc()
+            if self.once.first("gpu", node, err.code):
+                self.log.warning("gpu_sample_rejected", node=node, reason=err.code, detail=err.detail)
 
     def _metrics_subject(self, workload: tuple[str, str, str]) -> str:
         subject = self._subject_by_workload.get(workload)
@@ -260,10 +266,11 @@ class AggregatorService:
             self._reject("bad_subject", f"not a samples subject: {msg.subject[:200]!r}", msg.subject[:200])
             return
         try:
-            batch = codec.decode(msg.data, SampleBatch, time.time())
+            batch, rejected_gpus = self.split_reader.read(msg.data, time.time())
         except WireError as e:
             self._reject(e.code, e.detail, node)
             return
+        self._count_rejected_gpus(node, rejected_gpus)
         if batch.node != node:
             self._reject(NODE_MISMATCH, f"payload node {batch.node!r} on {msg.subject!r}", node)
             return
@@ -274,7 +281,7 @@ class AggregatorService:
             with contextlib.suppress(
                 Exception
             ):  # a publish during reconnect is buffered or lost; never crash
-                await nc.publish(scaleout.wsamples_subject(key), codec.encode(sub_batch))
+                await nc.publish(subjects.aggregator_wsamples(key), codec.encode(sub_batch))
 
     # --- start-up replay ---------------------------------------------------------
 
@@ -309,20 +316,15 @@ class AggregatorService:
 
     async def _replay_once(self, nc: NATS) -> int:
         js = jetstream(nc)
+        window_s, storage = self.settings.window_s, self.settings.samples_storage
         if self.partitioned:
-            stream, stream_subjects = scaleout.PARTS_STREAM, [scaleout.PARTS_ALL]
-            filter_subject = scaleout.partition_subjects(self.partition_index)
+            spec = subjects.aggregator_parts_stream(window_s, storage)
+            filter_subject = subjects.aggregator_partition(self.partition_index)
         else:
-            stream, stream_subjects = subjects.SAMPLES_STREAM, [subjects.SAMPLES_ALL]
+            spec = subjects.samples_stream(window_s, storage)
             filter_subject = subjects.SAMPLES_ALL
-        await ensure_stream(
-            js,
-            stream,
-            stream_subjects,
-            max_age_s=self.settings.window_s,
-            storage=self.settings.samples_storage,
-            duplicate_window_s=min(self.settings.window_s, 120.0),
-        )
+        await declare_stream(js, spec)
+        stream = spec.name
         info = await js.stream_info(stream)
         last_seq = info.state.last_seq
         if info.state.messages == 0:
@@ -384,10 +386,10 @@ class AggregatorService:
         busy = 0.0
         now = time.time()
         published = 0
-        for workloads, (workload, wire) in enumerate(self.core.iter_wire(now), start=1):
-            if wire is not None and nc is not None:
+        for workloads, (workload, message) in enumerate(self.core.iter_messages(now), start=1):
+            if message is not None and nc is not None:
                 try:
-                    await nc.publish(self._metrics_subject(workload), codec.encode_raw(wire))
+                    await nc.publish(self._metrics_subject(workload), codec.encode(message))
                     published += 1
                 except Exception as e:  # noqa: BLE001 - NATS away: the next cycle publishes fresh values
                     if self.once.first("publish", type(e).__name__):
@@ -438,7 +440,7 @@ class AggregatorService:
             partition=f"{self.partition_index}/{self.partitions}" if self.partitioned else "none",
         )
         live_subject = (
-            scaleout.partition_subjects(self.partition_index) if self.partitioned else subjects.SAMPLES_ALL
+            subjects.aggregator_partition(self.partition_index) if self.partitioned else subjects.SAMPLES_ALL
         )
         self._live_sub = await nc.subscribe(
             live_subject,
@@ -449,7 +451,7 @@ class AggregatorService:
         if self.partitioned:
             await nc.subscribe(
                 subjects.SAMPLES_ALL,
-                queue=scaleout.SPLIT_QUEUE,
+                queue=subjects.AGGREGATOR_SPLIT_QUEUE,
                 cb=self.on_split,
                 pending_msgs_limit=PENDING_MSGS_LIMIT,
                 pending_bytes_limit=PENDING_BYTES_LIMIT,

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from gpuscale import subjects
 from gpuscale.aio import sleep_unless_stopped
@@ -26,9 +26,9 @@ from gpuscale.leader import LeaderElector
 from gpuscale.natsio import (
     NATS,
     connect,
+    declare_kv,
+    declare_stream,
     drain,
-    ensure_kv,
-    ensure_stream,
     headers_msg_id,
     is_connected,
     jetstream,
@@ -45,9 +45,6 @@ from gpuscale_decider.settings import DeciderSettings
 from gpuscale_decider.sources import KubeScaleSource, KvStateStore
 
 SERVICE = "decider"
-# Decisions are kept a day for audit (the actuator's ensure_decisions_stream
-# creates the stream the same way when it starts first).
-DECISIONS_MAX_AGE_S: Final = 24 * 3600.0
 
 
 def main(settings: DeciderSettings) -> int:
@@ -116,16 +113,9 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     await _retry(
         ctx,
         "decisions_stream",
-        lambda: ensure_stream(
-            js,
-            subjects.DECISIONS_STREAM,
-            [subjects.DECISIONS_ALL],
-            max_age_s=DECISIONS_MAX_AGE_S,
-            storage="file",
-            duplicate_window_s=120.0,
-        ),
+        lambda: declare_stream(js, subjects.DECISIONS),
     )
-    kv = await _retry(ctx, "state_bucket", lambda: ensure_kv(js, s.state_bucket, history=1))
+    kv = await _retry(ctx, "state_bucket", lambda: declare_kv(js, subjects.decider_state(s.state_bucket)))
     api = await new_api_client(s.kubeconfig)
 
     elector: LeaderElector | None = None

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpuscale.codec import decode
+from gpuscale.codec import Reader
 from gpuscale.kube import KubeError
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
@@ -74,6 +74,11 @@ class Decider:
         self._subject_keys: dict[str, WorkloadKey] = {}
         self._sending: set[asyncio.Task[None]] = set()
         self._messages_in = metrics.messages_in.labels(kind="metrics")
+        # Fields and metric names a newer aggregator sends are skipped, counted
+        # once per name and logged once; a metric a policy asks for that a
+        # message lacks is missing data (no fresh value), not a rejection.
+        self._reader = Reader(WorkloadMetrics, on_unknown=metrics.unknown_field)
+        self._actions_reader = Reader(Action, on_unknown=metrics.unknown_field)
         self.log = get_logger(component="decider")
 
     @property
@@ -97,7 +102,7 @@ class Decider:
         now = self.clock()
         self._messages_in.inc()
         try:
-            m = decode(data, WorkloadMetrics, now)
+            m = self._reader.decode(data, now)
             key = WorkloadKey(m.namespace, m.kind, m.name)
             if self._subject_key(subject, "metrics") != key:
                 raise WireError("subject_mismatch", f"payload names {key}, subject {subject}")
@@ -119,7 +124,7 @@ class Decider:
     async def handle_action(self, subject: str, data: bytes) -> None:
         now = self.clock()
         try:
-            action = decode(data, Action, now)
+            action = self._actions_reader.decode(data, now)
             key = self._subject_key(subject, "actions")
         except (WireError, SubjectError) as e:
             self._reject("actions", subject, e)

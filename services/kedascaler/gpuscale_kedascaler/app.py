@@ -100,6 +100,8 @@ class KedaScalerService:
         self._tls_dir = tls_dir
         self._changed: dict[WorkloadKey, asyncio.Event] = {}
         self._last_expire = 0.0
+        # A newer aggregator's fields and metric names: ignored, counted once per name.
+        self.reader = codec.Reader(WorkloadMetrics, on_unknown=ctx.metrics.unknown_field)
 
     # --- NATS in ---------------------------------------------------------------------------------
 
@@ -115,7 +117,7 @@ class KedaScalerService:
             self._reject("bad_subject", f"not a metrics subject: {subject[:200]!r}", subject[:200])
             return
         try:
-            message = codec.decode(data, WorkloadMetrics, now)
+            message = self.reader.decode(data, now)
         except WireError as e:
             self._reject(e.code, e.detail, str(key))
             return

@@ -12,20 +12,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from gpuscale.wire import Action, Decision
+from gpuscale.wire import Action, Decision, Outcome
 
 # The annotation the same PATCH that changes replicas writes (exactly-once:
 # a redelivered decision finds its own id on the target and is not applied again).
 LAST_DECISION_ANNOTATION: Final = "gpuscale.io/last-decision-id"
-
-
-class Outcome(StrEnum):
-    APPLIED = "applied"
-    SKIPPED_STALE = "skipped_stale"
-    SKIPPED_DRY_RUN = "skipped_dry_run"
-    CONFLICT_RETRIED = "conflict_retried"
-    FAILED = "failed"
-    REFUSED = "refused"  # not admissible: no API call was made (core.admit)
 
 
 class StepKind(StrEnum):
@@ -149,7 +140,7 @@ def action_for(
     return Action(
         decision_id=decision.id,
         ts=now,
-        outcome=outcome.value,
+        outcome=outcome,
         replicas_before=replicas_before,
         replicas_after=replicas_after,
         error=error,

@@ -1,8 +1,10 @@
-"""From a decoded batch to the windows: validation, ordering, bookkeeping.
+"""From a node batch's bytes to the windows: decoding, ordering, bookkeeping.
 
 :class:`Aggregator` is the whole pure core the shell drives: ``ingest`` per
-message, ``snapshot`` per publish tick. It returns what happened as values
-(an :class:`IngestResult`) so the shell can count and log it.
+message, ``snapshot`` (or ``iter_messages``) per publish tick. It returns what
+happened as values (an :class:`IngestResult`) so the shell can count and log it.
+Decoding and validation are :class:`gpuscale.codec.Reader`'s (the contract's
+one home); a GPU entry that breaks it is left out of a sound batch.
 
 Ordering per source (a node, or a node × workload for partitioned
 sub-batches): a batch is accepted when its ``seq`` is higher than the last
@@ -15,11 +17,11 @@ and began counting at 0 again, and it is accepted as a ``seq_reset``.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
-from typing import Any, Final
+from typing import Final
 
+from gpuscale.codec import Reader, UnknownSink
 from gpuscale.wire import SampleBatch, WireError, WorkloadMetrics
 
-from .contributions import contributions, fast_contributions
 from .window import WindowConfig, WindowStore, WorkloadTuple
 
 ACCEPTED: Final = "accepted"
@@ -86,34 +88,38 @@ class SeqTracker:
 
 
 class Aggregator:
-    def __init__(self, config: WindowConfig | None = None) -> None:
+    def __init__(self, config: WindowConfig | None = None, *, on_unknown: UnknownSink | None = None) -> None:
+        """``on_unknown``: told once per field or metric name a newer producer sends."""
         self.store = WindowStore(config)
         self.window_s = self.store.config.window_s
         self.sequences = SeqTracker()
+        self.reader = Reader(SampleBatch, on_unknown=on_unknown)
 
     def ingest(
-        self, obj: Any, now: float, *, subject_node: str | None = None, source: Hashable | None = None
+        self, data: bytes, now: float, *, subject_node: str | None = None, source: Hashable | None = None
     ) -> IngestResult:
-        """One decoded batch. ``subject_node``: the node token of the subject it
-        came on (checked against the payload); ``source``: the ordering key
-        (default: the node)."""
-        fast = fast_contributions(obj, now)
-        rejected_gpus: tuple[tuple[int, WireError], ...] = ()
-        if fast is not None:
-            node, ts, seq, interval_s, samples = fast.node, fast.ts, fast.seq, fast.interval_s, fast.samples
-            sums = fast.contributions
-        else:
-            try:
-                batch = SampleBatch.from_wire(obj, now)
-            except WireError as e:
-                return IngestResult(REJECTED, reason=e.code, detail=e.detail, node=_node_hint(obj))
-            except (TypeError, ValueError, AttributeError, OverflowError, RecursionError) as e:
-                # Defence in depth, as gpuscale.codec.decode: a validator gap rejects.
-                return IngestResult(REJECTED, reason="invalid", detail=f"{type(e).__name__}: {e}")
-            node, ts, seq, interval_s = batch.node, batch.ts, batch.seq, batch.interval_s
-            samples = len(batch.gpus)
-            rejected_gpus = batch.rejected_gpus
-            sums = contributions(batch)
+        """One batch as it came off the wire. ``subject_node``: the node token of
+        the subject it came on (checked against the payload); ``source``: the
+        ordering key (default: the node)."""
+        try:
+            batch, rejected_gpus = self.reader.read(data, now)
+        except WireError as e:
+            return IngestResult(REJECTED, reason=e.code, detail=e.detail, node=subject_node or "")
+        return self.ingest_batch(
+            batch, now, subject_node=subject_node, source=source, rejected_gpus=tuple(rejected_gpus)
+        )
+
+    def ingest_batch(
+        self,
+        batch: SampleBatch,
+        now: float,
+        *,
+        subject_node: str | None = None,
+        source: Hashable | None = None,
+        rejected_gpus: tuple[tuple[int, WireError], ...] = (),
+    ) -> IngestResult:
+        """One validated batch (see :meth:`ingest`)."""
+        node, ts = batch.node, batch.ts
         if subject_node is not None and node != subject_node:
             return IngestResult(
                 NODE_MISMATCH,
@@ -123,33 +129,24 @@ class Aggregator:
             )
         if ts <= now - self.window_s:
             return IngestResult(TOO_OLD, node=node, ts=ts)
-        verdict = self.sequences.check(node if source is None else source, seq, ts, interval_s)
+        verdict = self.sequences.check(node if source is None else source, batch.seq, ts, batch.interval_s)
         if verdict in (DUPLICATE, OUT_OF_ORDER):
             return IngestResult(verdict, node=node, ts=ts)
-        self.store.add_batch(sums, ts, interval_s)
+        self.store.add_batch(batch)
         return IngestResult(
             ACCEPTED,
             node=node,
             ts=ts,
-            samples=samples,
+            samples=len(batch.gpus),
             rejected_gpus=rejected_gpus,
             seq_reset=verdict == "seq_reset",
         )
 
     def snapshot(self, now: float) -> list[WorkloadMetrics]:
-        """Typed metrics messages (tests, tools); the shell publishes iter_wire's maps."""
-        return [WorkloadMetrics.from_wire(m, now) for _, m in self.iter_wire(now) if m is not None]
+        """Expire, then every workload's metrics message (tests, tools)."""
+        return [m for _, m in self.iter_messages(now) if m is not None]
 
-    def iter_wire(self, now: float) -> Iterator[tuple[WorkloadTuple, dict[str, Any] | None]]:
-        """See :meth:`WindowStore.iter_wire`; also forgets silent sources."""
+    def iter_messages(self, now: float) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
+        """See :meth:`WindowStore.iter_messages`; also forgets silent sources."""
         self.sequences.forget_before(now - self.window_s)
-        return self.store.iter_wire(now)
-
-
-def _node_hint(obj: Any) -> str:
-    """A rejected batch's node, if it names one, for the once-per-source log."""
-    if type(obj) is dict:
-        node = obj.get("node")
-        if type(node) is str and node:
-            return node[:253]
-    return ""
+        return self.store.iter_messages(now)

@@ -20,7 +20,7 @@ workload's pods. A per-workload subject is needed somewhere. Options weighed:
      seq; only that workload's GPU owners) on
      ``gpuscale.v1.aggregator.wsamples.<ns>.<kind>.<name>``;
    - *own*: the NATS server's deterministic subject mapping
-     (:func:`server_mapping_config`) rewrites that subject to
+     (:func:`gpuscale.subjects.aggregator_partition_mapping`) rewrites that subject to
      ``gpuscale.v1.aggregator.part.<p>.<ns>.<kind>.<name>`` with
      ``p = partition(N, ns, kind, name)``; instance ``i`` of ``N``
      (``--partition i/N``) subscribes to ``...part.<i>.>`` and so sees every
@@ -40,46 +40,16 @@ workload's pods. A per-workload subject is needed somewhere. Options weighed:
    instance that dies leaves its partition unpublished until it restarts
    (and replays its window); the split stage has no such gap.
 
-Wanted in gpuscale.subjects (shared; spelled here until the lead adds them):
-``AGGREGATOR_WSAMPLES_ALL``, ``aggregator_wsamples(key)``,
-``aggregator_partition(i)``, ``AGGREGATOR_PARTS_STREAM``.
+The subjects, the queue group, the stream and the server mapping are declared
+in :mod:`gpuscale.subjects` (``aggregator_*``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Final
+from msgspec.structs import replace
 
-from gpuscale.subjects import PREFIX, WorkloadKey, escape_token
+from gpuscale.subjects import WorkloadKey
 from gpuscale.wire import GpuOwner, SampleBatch
-
-SPLIT_QUEUE: Final = "gpuscale-aggregator-split"
-WSAMPLES_PREFIX: Final = f"{PREFIX}.aggregator.wsamples"
-PARTS_PREFIX: Final = f"{PREFIX}.aggregator.part"
-PARTS_ALL: Final = f"{PARTS_PREFIX}.>"
-PARTS_STREAM: Final = "GPUSCALE_AGGREGATOR_PARTS"
-
-
-def wsamples_subject(key: WorkloadKey) -> str:
-    return (
-        f"{WSAMPLES_PREFIX}.{escape_token(key.namespace)}.{escape_token(key.kind)}.{escape_token(key.name)}"
-    )
-
-
-def partition_subjects(index: int) -> str:
-    return f"{PARTS_PREFIX}.{index}.>"
-
-
-def server_mapping_config(partitions: int) -> str:
-    """The nats-server configuration block that assigns workloads to partitions."""
-    if partitions < 1:
-        raise ValueError("partitions must be >= 1")
-    source = f"{WSAMPLES_PREFIX}.*.*.*"
-    target = (
-        f"{PARTS_PREFIX}.{{{{partition({partitions},1,2,3)}}}}"
-        ".{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}"
-    )
-    return f'mappings = {{\n  "{source}": "{target}"\n}}\n'
 
 
 def split_by_workload(batch: SampleBatch) -> dict[WorkloadKey, SampleBatch]:

@@ -1,14 +1,24 @@
 """Sliding time windows per workload and pod: the aggregator's maths.
 
-Shape of the state: workload -> pod -> a deque of time buckets. A bucket holds,
-for each metric, the running sum and count of the values of that pod's GPUs
-(and per-process shares) in the samples that fell into it; the pod also keeps
-running totals over its buckets, so one sample costs a few additions and a
-publish costs one division per pod and metric. Memory is O(pods × buckets per
-window) and shrinks as time passes: nothing is kept for a pod once its newest
-sample has left the window.
+What one batch adds, per (GPU, owner) of a healthy GPU, to the owner's pod:
 
-Semantics (the table tests pin each one down):
+- ``gpu_util``: the GPU's ``util`` (device duty cycle; every owner of a shared
+  GPU sees the whole device's value, as dcgm-exporter reports it);
+- ``sm_active``: the GPU's ``sm_active`` where present (Hopper and newer);
+- ``sm_util``: the owner's ``sm_util`` where attributed per process;
+- ``gpu_mem_used_mib``: the owner's ``fb_used_mib`` when attributed per
+  process, else the GPU's ``fb_used_mib``;
+- ``gpu_mem_used_ratio``: that memory over the GPU's framebuffer
+  (``fb_used + fb_free``) × 100;
+- ``power_w``: the GPU's ``power_w`` (power cannot be split per process).
+
+GPUs whose ``health`` is not ``ok`` contribute nothing (not even
+``last_seen``: a pod whose only GPU is lost goes stale, which the decider
+treats as a missing pod). A GPU without owners feeds no workload. An owner
+whose pod is not ready (loading its model) contributes nothing: it is missing,
+as HPA counts unready pods.
+
+Semantics of the window (the table tests pin each one down):
 
 - The window at ``now`` is the half-open interval ``(now - window_s, now]`` of
   sample timestamps (the collector's ``ts``). A sample exactly on the lower
@@ -27,93 +37,71 @@ Semantics (the table tests pin each one down):
   metric (as HPA averages ``Pods`` metrics). Stale pods are listed in ``pods``
   with their window values and ``last_seen`` and counted in ``pods_stale``, but
   are not averaged: the decider applies HPA's missing-pods rule to them.
+
+Shape of the state (memory is what bounds a fleet, so it is packed): each pod
+has a number, and a ring of ``slots`` buckets (enough for every bucket a window
+can touch) in flat buffers shared by all pods: per bucket the newest sample
+time (a double) and one 30-byte record of six sums (float32: sample values
+keep 7 significant digits) and six counts (a byte each; a bucket stops taking
+a pod's samples at 255, far above 8 GPUs at 10 Hz); per pod the running totals
+of its *closed* buckets (doubles) and which bucket is *open* (the newest).
+Samples of the open bucket (a pod on several GPUs, a burst) only add to its
+record; when a newer bucket opens, the old one is folded into the totals; a
+publish adds the open record to the totals and divides. Totals add and
+subtract exactly the stored float32 values, so they do not drift. Nothing is
+allocated per sample and nothing in the window is an object the garbage
+collector walks. A pod's number and ring are reused once its newest sample has
+left the window.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+import math
+import struct
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
-from operator import add as _plus
-from operator import sub as _minus
+from operator import add
 from typing import Any, Final
 
-from gpuscale.wire import METRIC_NAMES, WIRE_VERSION, WorkloadMetrics
-
-N_METRICS: Final = len(METRIC_NAMES)
-# Index of each metric in the sums/counts vectors (sums first, then counts).
-GPU_UTIL, SM_ACTIVE, SM_UTIL, MEM_RATIO, MEM_MIB, POWER_W = range(N_METRICS)
-_PERCENT = ("gpu_util", "sm_active", "sm_util", "gpu_mem_used_ratio")
-# (index, name, upper bound) per metric, for the publish loop.
-_METRICS: Final = tuple(
-    (i, name, 100.0 if name in _PERCENT else float("inf")) for i, name in enumerate(METRIC_NAMES)
+from gpuscale.wire import (
+    HEALTH_OK,
+    METRIC_NAMES,
+    UNSET,
+    MetricValues,
+    PodMetrics,
+    SampleBatch,
+    WorkloadMetrics,
 )
-# After this many evictions a pod's running totals are recomputed from its
-# buckets, so floating-point drift from add/subtract cannot accumulate.
-_RESUM_EVERY: Final = 512
 
-# A pod's contribution from one batch: (sum_0..sum_5, count_0..count_5).
-Accumulator = Sequence[float]
+# The metrics the window computes, in the order its hot loops spell them out,
+# percentages first. gpuscale.wire may know more (a metric another component
+# produces): the window leaves those absent until it is taught them.
+WINDOW_METRICS: Final = (
+    "gpu_util",
+    "sm_active",
+    "sm_util",
+    "gpu_mem_used_ratio",
+    "gpu_mem_used_mib",
+    "power_w",
+)
+if METRIC_NAMES[: len(WINDOW_METRICS)] != WINDOW_METRICS:
+    raise ImportError(f"gpuscale.wire's metrics begin {METRIC_NAMES}; the window computes {WINDOW_METRICS}")
+N_METRICS: Final = len(WINDOW_METRICS)
+# Index of each metric in the sums/counts of a bucket and in a pod's totals.
+GPU_UTIL, SM_ACTIVE, SM_UTIL, MEM_RATIO, MEM_MIB, POWER_W = range(N_METRICS)
+# One bucket of one pod: six float32 sums, six uint8 counts.
+_RECORD: Final = struct.Struct(f"<{N_METRICS}f{N_METRICS}B")
+_EMPTY_RECORD: Final = (0.0,) * N_METRICS + (0,) * N_METRICS
+_COUNT_MAX: Final = 255
+# The contract bounds MiB and watts only by "finite"; a float32 sum of 255 values
+# must stay finite, so values above this (no GPU has 1e30 MiB or W) are pinned here.
+_HUGE: Final = 1e30
+_EMPTY: Final = 0.0  # a bucket's newest sample time when it holds nothing
+_TOTALS: Final = 2 * N_METRICS  # per pod: sums then counts over the ring
 
-
-def new_accumulator() -> list[float]:
-    return [0.0] * (2 * N_METRICS)
-
-
-# A pod inside its workload: (namespace, workload kind, workload name, pod).
-# Plain tuples, not dataclasses: one is built per GPU owner on the hot path.
-PodKey = tuple[str, str, str, str]
 # (namespace, workload kind, workload name)
 WorkloadTuple = tuple[str, str, str]
-
-
-class PodWindow:
-    """One pod's buckets and running totals. ``buckets`` entries are tuples
-    (of atoms only, so the garbage collector stops tracking them):
-    ``(bucket_index, newest_ts, (sum_0..sum_5, count_0..count_5))``; the
-    inner tuple is the batch's own accumulator, stored without copying."""
-
-    __slots__ = ("buckets", "evictions", "interval_s", "last_seen", "totals")
-
-    def __init__(self) -> None:
-        self.buckets: deque[tuple[Any, ...]] = deque()
-        self.totals: list[float] = new_accumulator()
-        self.last_seen = 0.0
-        self.interval_s = 1.0
-        self.evictions = 0
-
-    def merge(self, bucket_index: int, ts: float, acc: Accumulator) -> None:
-        """A sample for a bucket at or before the newest one: the same second
-        again, or late (a collector restart, a reordered batch). Buckets stay
-        sorted so eviction remains a pop from the left."""
-        buckets = self.buckets
-        pos = len(buckets)
-        while pos > 0 and buckets[pos - 1][0] > bucket_index:
-            pos -= 1
-        if pos > 0 and buckets[pos - 1][0] == bucket_index:
-            target = buckets[pos - 1]
-            buckets[pos - 1] = (bucket_index, max(target[1], ts), tuple(map(_plus, target[2], acc)))
-        else:
-            buckets.insert(pos, (bucket_index, ts, acc))
-
-    def evict(self, cutoff: float) -> None:
-        """Drop buckets whose newest sample is at or before ``cutoff``."""
-        buckets = self.buckets
-        totals = self.totals
-        while buckets and buckets[0][1] <= cutoff:
-            old = buckets.popleft()
-            totals = list(map(_minus, totals, old[2]))
-            self.evictions += 1
-        if not buckets:
-            self.totals = new_accumulator()
-        elif self.evictions >= _RESUM_EVERY:
-            self.evictions = 0
-            fresh = new_accumulator()
-            for b in buckets:
-                fresh = list(map(_plus, fresh, b[2]))
-            self.totals = fresh
-        else:
-            self.totals = totals
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,121 +118,371 @@ class WindowConfig:
 class WindowStore:
     """Every workload's pods and their windows. Pure: ``now`` is a parameter.
 
-    ``pods`` is flat (one dict lookup per pod per batch); ``workloads``
-    indexes the same windows by workload, touched only when a pod comes or goes.
+    ``pods`` maps a pod to its number (one dict lookup per pod per batch);
+    ``workloads`` indexes the same numbers by workload, touched only when a pod
+    comes or goes.
     """
 
     def __init__(self, config: WindowConfig | None = None) -> None:
         self.config = config or WindowConfig()
         self._inv_bucket = 1.0 / self.config.bucket_s
-        self.pods: dict[PodKey, PodWindow] = {}
-        self.workloads: dict[WorkloadTuple, dict[str, PodWindow]] = {}
+        # A window (now - w, now] touches at most ceil(w / b) + 1 buckets.
+        self.slots = math.ceil(self.config.window_s / self.config.bucket_s) + 1
+        # workload -> pod -> the pod's number (no flat map of pods: memory is the
+        # budget, and a second lookup per GPU owner costs less than its keys).
+        self.workloads: dict[WorkloadTuple, dict[str, int]] = {}
+        self._pod_count = 0
+        self._free: list[int] = []
+        self._capacity = 0
+        # Per pod × slot:
+        self._ts = array("d")  # newest sample time in the bucket; _EMPTY: nothing
+        self._ring = bytearray()  # _RECORD per bucket
+        # Per pod:
+        self._totals = array("d")  # _TOTALS per pod: the closed buckets' sums and counts
+        self._open = array("q")  # the open (newest) bucket's index, -1: none
+        self._oldest = array("q")  # lowest bucket index that may still be in the ring
+        self._last_seen = array("d")
+        self._interval = array("d")
 
-    # --- ingest -------------------------------------------------------------
+    # --- pods ------------------------------------------------------------------
 
-    def add_batch(self, contributions: Mapping[PodKey, Accumulator], ts: float, interval_s: float) -> None:
-        """Add one batch's per-pod sums (the hot path: kept flat on purpose)."""
+    def _new_pod(self, workload: WorkloadTuple, pod: str, bucket: int) -> int:
+        if self._free:
+            pid = self._free.pop()
+        else:
+            pid = self._capacity
+            self._capacity += 1
+            self._ts.extend(array("d", bytes(8 * self.slots)))
+            self._ring.extend(bytes(_RECORD.size * self.slots))
+            self._totals.extend(array("d", bytes(8 * _TOTALS)))
+            self._open.append(-1)
+            self._oldest.append(0)
+            self._last_seen.append(0.0)
+            self._interval.append(1.0)
+        self._open[pid] = -1
+        self._oldest[pid] = bucket
+        self._last_seen[pid] = 0.0
+        self._interval[pid] = 1.0
+        members = self.workloads.get(workload)
+        if members is None:
+            members = self.workloads[workload] = {}
+        members[pod] = pid
+        self._pod_count += 1
+        return pid
+
+    def _free_pod(self, workload: WorkloadTuple, pod: str, pid: int) -> None:
+        """Its ring is already empty (every bucket evicted): only the number goes back."""
+        self._pod_count -= 1
+        t = pid * _TOTALS
+        self._totals[t : t + _TOTALS] = array("d", bytes(8 * _TOTALS))
+        self._free.append(pid)
+
+    # --- ingest -------------------------------------------------------------------
+
+    def add_batch(self, batch: SampleBatch) -> None:
+        """Add one validated batch: the hot path, kept flat. Per GPU owner one
+        record write: a new open bucket (folding the previous one into the
+        totals) or a merge into the open one; late samples go to :meth:`_add_late`."""
+        ts = batch.ts
         bucket = int(ts * self._inv_bucket)
-        pods = self.pods
-        for key, acc in contributions.items():
-            window = pods.get(key)
-            if window is None:
-                window = pods[key] = PodWindow()
-                workload = (key[0], key[1], key[2])
-                members = self.workloads.get(workload)
-                if members is None:
-                    members = self.workloads[workload] = {}
-                members[key[3]] = window
-            window.totals = list(map(_plus, window.totals, acc))
-            if ts >= window.last_seen:
-                window.last_seen = ts
-                window.interval_s = interval_s
-            buckets = window.buckets
-            if not buckets or buckets[-1][0] < bucket:
-                buckets.append((bucket, ts, acc))
-            elif buckets[-1][0] == bucket:  # the same second again (faster collectors, bursts)
-                tail = buckets[-1]
-                buckets[-1] = (bucket, ts if ts > tail[1] else tail[1], tuple(map(_plus, tail[2], acc)))
-            else:
-                window.merge(bucket, ts, acc)
+        interval_s = batch.interval_s
+        slots = self.slots
+        position = bucket % slots
+        workloads = self.workloads
+        slot_ts = self._ts
+        ring = self._ring
+        opened = self._open
+        totals = self._totals
+        per_pod = _TOTALS
+        last_seen = self._last_seen
+        intervals = self._interval
+        pack_into = _RECORD.pack_into
+        unpack_from = _RECORD.unpack_from
+        size = _RECORD.size
+        for g in batch.gpus:
+            util = g.util
+            owners = g.owners
+            if util is None or not owners or g.health != HEALTH_OK:
+                continue
+            sm_active = g.sm_active
+            fb_used = g.fb_used_mib
+            fb_free = g.fb_free_mib
+            power = g.power_w
+            if power is not None and power > _HUGE:
+                power = _HUGE
+            framebuffer = fb_used + fb_free if fb_used is not None and fb_free is not None else 0.0
+            for o in owners:
+                if o.ready is False:  # loading its model: missing, as HPA counts unready pods
+                    continue
+                w = o.workload
+                workload = (o.namespace, w.kind, w.name)
+                members = workloads.get(workload)
+                pid = None if members is None else members.get(o.pod)
+                if pid is None:
+                    pid = self._new_pod(workload, o.pod, bucket)
+                sm_util = o.sm_util
+                mem = o.fb_used_mib
+                if mem is None:
+                    mem = fb_used
+                ratio = None
+                if mem is not None:
+                    if mem > _HUGE:
+                        mem = _HUGE
+                    if framebuffer > 0.0:
+                        ratio = mem * 100.0 / framebuffer
+                        if ratio > 100.0:
+                            ratio = 100.0
+                current = opened[pid]
+                slot = pid * slots + position
+                if bucket == current:
+                    # The open bucket again (a pod on several GPUs, a burst): add to its record.
+                    off = slot * size
+                    old = unpack_from(ring, off)
+                    if old[6] < _COUNT_MAX:  # a bucket this full is a flood: keep its mean
+                        pack_into(
+                            ring,
+                            off,
+                            old[0] + util,
+                            old[1] + (sm_active or 0.0),
+                            old[2] + (sm_util or 0.0),
+                            old[3] + (ratio or 0.0),
+                            old[4] + (mem or 0.0),
+                            old[5] + (power or 0.0),
+                            old[6] + 1,
+                            old[7] + (sm_active is not None),
+                            old[8] + (sm_util is not None),
+                            old[9] + (ratio is not None),
+                            old[10] + (mem is not None),
+                            old[11] + (power is not None),
+                        )
+                        if ts > slot_ts[slot]:
+                            slot_ts[slot] = ts
+                elif bucket > current:
+                    # A newer bucket opens: the open one joins the totals; the slot's
+                    # previous occupant (a bucket a ring older) leaves them.
+                    if current >= 0:  # (_fold, inlined: this runs once per pod per bucket)
+                        closing = pid * slots + current % slots
+                        if slot_ts[closing] != _EMPTY:
+                            v = unpack_from(ring, closing * size)
+                            t = pid * per_pod
+                            totals[t] += v[0]
+                            totals[t + 1] += v[1]
+                            totals[t + 2] += v[2]
+                            totals[t + 3] += v[3]
+                            totals[t + 4] += v[4]
+                            totals[t + 5] += v[5]
+                            totals[t + 6] += v[6]
+                            totals[t + 7] += v[7]
+                            totals[t + 8] += v[8]
+                            totals[t + 9] += v[9]
+                            totals[t + 10] += v[10]
+                            totals[t + 11] += v[11]
+                    if slot_ts[slot] != _EMPTY:
+                        self._evict_slot(pid, slot)
+                    pack_into(
+                        ring,
+                        slot * size,
+                        util,
+                        sm_active or 0.0,
+                        sm_util or 0.0,
+                        ratio or 0.0,
+                        mem or 0.0,
+                        power or 0.0,
+                        1,
+                        sm_active is not None,
+                        sm_util is not None,
+                        ratio is not None,
+                        mem is not None,
+                        power is not None,
+                    )
+                    slot_ts[slot] = ts
+                    opened[pid] = bucket
+                else:
+                    self._add_late(pid, slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power))
+                if ts >= last_seen[pid]:
+                    last_seen[pid] = ts
+                    intervals[pid] = interval_s
 
-    # --- time passing and reading -------------------------------------------
+    def _evict_slot(self, pid: int, slot: int) -> None:
+        """Take one closed bucket out of the pod's totals and empty it."""
+        v = _RECORD.unpack_from(self._ring, slot * _RECORD.size)
+        totals = self._totals
+        t = pid * _TOTALS
+        totals[t] -= v[0]
+        totals[t + 1] -= v[1]
+        totals[t + 2] -= v[2]
+        totals[t + 3] -= v[3]
+        totals[t + 4] -= v[4]
+        totals[t + 5] -= v[5]
+        totals[t + 6] -= v[6]
+        totals[t + 7] -= v[7]
+        totals[t + 8] -= v[8]
+        totals[t + 9] -= v[9]
+        totals[t + 10] -= v[10]
+        totals[t + 11] -= v[11]
+        self._ts[slot] = _EMPTY
+
+    def _add_late(
+        self, pid: int, slot: int, bucket: int, ts: float, values: tuple[float | None, ...]
+    ) -> None:
+        """A sample for a bucket older than the open one (a reordered batch, a
+        collector restart): into its closed bucket, and so into the totals. A
+        slot holding a bucket a whole ring newer means this sample is older than
+        the window at that bucket's time: dropped (only a sender whose clock went
+        back by more than a window sends such)."""
+        held_ts = self._ts[slot]
+        if held_ts != _EMPTY:
+            held = int(held_ts * self._inv_bucket)
+            if held > bucket:
+                return
+            if held < bucket:
+                self._evict_slot(pid, slot)
+        off = slot * _RECORD.size
+        old = _RECORD.unpack_from(self._ring, off) if self._ts[slot] != _EMPTY else _EMPTY_RECORD
+        if old[N_METRICS] >= _COUNT_MAX:
+            return
+        sums = [s + (v or 0.0) for s, v in zip(old[:N_METRICS], values, strict=True)]
+        counts = [c + (v is not None) for c, v in zip(old[N_METRICS:], values, strict=True)]
+        _RECORD.pack_into(self._ring, off, *sums, *counts)
+        new = _RECORD.unpack_from(self._ring, off)
+        t = pid * _TOTALS
+        totals = self._totals
+        for i in range(_TOTALS):
+            totals[t + i] += new[i] - old[i]
+        if ts > self._ts[slot]:
+            self._ts[slot] = ts
+        if bucket < self._oldest[pid]:
+            self._oldest[pid] = bucket
+
+    def _evict(self, pid: int, cutoff: float) -> bool:
+        """Drop the pod's buckets whose newest sample is at or before ``cutoff``,
+        oldest first; False when nothing is left."""
+        slots = self.slots
+        base = pid * slots
+        slot_ts = self._ts
+        inv = self._inv_bucket
+        oldest = self._oldest[pid]
+        current = self._open[pid]
+        while oldest < current:
+            slot = base + oldest % slots
+            held = slot_ts[slot]
+            if held != _EMPTY and int(held * inv) == oldest:
+                if held > cutoff:
+                    break
+                self._evict_slot(pid, slot)
+            oldest += 1
+        self._oldest[pid] = oldest
+        if oldest < current:
+            return True
+        # Only the open bucket may be left; it is not in the totals.
+        slot = base + current % slots
+        if slot_ts[slot] > cutoff:
+            return True
+        slot_ts[slot] = _EMPTY
+        self._open[pid] = -1
+        return False
+
+    # --- time passing and reading ----------------------------------------------
 
     def expire(self, now: float) -> None:
         """Forget what has left the window: buckets, then empty pods and workloads."""
-        for _ in self.iter_wire(now, build=False):
+        for _ in self.iter_messages(now, build=False):
             pass
 
     def snapshot(self, now: float) -> list[WorkloadMetrics]:
         """Expire, then one metrics message per workload that still has pods."""
-        return [WorkloadMetrics.from_wire(m, now) for _, m in self.iter_wire(now) if m is not None]
+        return [m for _, m in self.iter_messages(now) if m is not None]
 
-    def iter_wire(
+    def iter_messages(
         self, now: float, *, build: bool = True
-    ) -> Iterator[tuple[WorkloadTuple, dict[str, Any] | None]]:
-        """Workload by workload, the metrics message as its v1 wire map (what
-        ``WorkloadMetrics.to_wire`` gives, built directly: this runs for every
-        workload every publish interval). A caller may yield to its event loop
-        between steps; ingesting meanwhile is safe (this iterates over a copy)."""
+    ) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
+        """Workload by workload: expire, then its metrics message. A caller may
+        yield to its event loop between steps; ingesting meanwhile is safe (this
+        iterates over a copy)."""
         cutoff = now - self.config.window_s
         for workload, members in list(self.workloads.items()):
-            gone = []
-            for pod, window in members.items():
-                window.evict(cutoff)
-                if not window.buckets:
-                    gone.append(pod)
+            gone = [pod for pod, pid in members.items() if not self._evict(pid, cutoff)]
             for pod in gone:
-                del members[pod]
-                self.pods.pop((workload[0], workload[1], workload[2], pod), None)
+                self._free_pod(workload, pod, members.pop(pod))
             if not members:
                 self.workloads.pop(workload, None)
                 continue
-            yield workload, (self._wire(workload, members, now) if build else None)
+            yield workload, (self._message(workload, members, now) if build else None)
 
-    def _wire(self, workload: WorkloadTuple, members: dict[str, PodWindow], now: float) -> dict[str, Any]:
+    def _message(self, workload: WorkloadTuple, members: dict[str, int], now: float) -> WorkloadMetrics:
+        """The metrics message: per pod the window means (pinned to the contract's
+        ranges: sums may leave 100.0000001 behind), per workload the mean over
+        fresh pods. Spelled out per metric: this runs for every pod every cycle."""
         stale_after = self.config.stale_intervals
-        pods_out: list[dict[str, Any]] = []
-        sums = [0.0] * N_METRICS
-        counts = [0] * N_METRICS
+        totals = self._totals
+        ring = self._ring
+        opened = self._open
+        last_seen = self._last_seen
+        intervals = self._interval
+        slots = self.slots
+        size = _RECORD.size
+        unpack_from = _RECORD.unpack_from
+        unset = UNSET
+        pods_out: list[PodMetrics] = []
         fresh = stale = 0
+        a0 = a1 = a2 = a3 = a4 = a5 = 0.0  # sums of fresh pods' means, and how many
+        n0 = n1 = n2 = n3 = n4 = n5 = 0
         for pod in sorted(members):
-            window = members[pod]
-            totals = window.totals
-            values: dict[str, float] = {}
-            for i, name, cap in _METRICS:
-                count = totals[N_METRICS + i]
-                if count > 0.5:  # counts are whole numbers held as floats
-                    v = totals[i] / count
-                    # Running sums may leave -1e-13 or 100.0000000001 behind;
-                    # the contract rejects values outside the range: pin them.
-                    values[name] = 0.0 if v < 0.0 else (cap if v > cap else v)
-            pods_out.append({"pod": pod, "values": values, "last_seen": window.last_seen})
-            if now - window.last_seen > stale_after * window.interval_s:
+            pid = members[pod]
+            t = pid * _TOTALS
+            # The closed buckets' totals plus the open bucket's record.
+            s0, s1, s2, s3, s4, s5, c0, c1, c2, c3, c4, c5 = map(
+                add, totals[t : t + _TOTALS], unpack_from(ring, (pid * slots + opened[pid] % slots) * size)
+            )
+            v0: Any = (0.0 if s0 <= 0.0 else 100.0 if s0 >= 100.0 * c0 else s0 / c0) if c0 > 0.5 else unset
+            v1: Any = (0.0 if s1 <= 0.0 else 100.0 if s1 >= 100.0 * c1 else s1 / c1) if c1 > 0.5 else unset
+            v2: Any = (0.0 if s2 <= 0.0 else 100.0 if s2 >= 100.0 * c2 else s2 / c2) if c2 > 0.5 else unset
+            v3: Any = (0.0 if s3 <= 0.0 else 100.0 if s3 >= 100.0 * c3 else s3 / c3) if c3 > 0.5 else unset
+            v4: Any = (0.0 if s4 <= 0.0 else s4 / c4) if c4 > 0.5 else unset
+            v5: Any = (0.0 if s5 <= 0.0 else s5 / c5) if c5 > 0.5 else unset
+            seen = last_seen[pid]
+            pods_out.append(PodMetrics(pod, MetricValues(v0, v1, v2, v3, v4, v5), seen))
+            if now - seen > stale_after * intervals[pid]:
                 stale += 1
                 continue
             fresh += 1
-            for i, name, _ in _METRICS:
-                value = values.get(name)
-                if value is not None:
-                    sums[i] += value
-                    counts[i] += 1
-        averages: dict[str, float] = {}
-        for i, name, cap in _METRICS:
-            if counts[i]:
-                v = sums[i] / counts[i]
-                averages[name] = 0.0 if v < 0.0 else (cap if v > cap else v)
-        return {
-            "v": WIRE_VERSION,
-            "namespace": workload[0],
-            "kind": workload[1],
-            "name": workload[2],
-            "ts": now,
-            "window_s": self.config.window_s,
-            "pods": pods_out,
-            "averages": averages,
-            "pods_fresh": fresh,
-            "pods_stale": stale,
-        }
+            if v0 is not unset:
+                a0 += v0
+                n0 += 1
+            if v1 is not unset:
+                a1 += v1
+                n1 += 1
+            if v2 is not unset:
+                a2 += v2
+                n2 += 1
+            if v3 is not unset:
+                a3 += v3
+                n3 += 1
+            if v4 is not unset:
+                a4 += v4
+                n4 += 1
+            if v5 is not unset:
+                a5 += v5
+                n5 += 1
+        averages = MetricValues(
+            min(a0 / n0, 100.0) if n0 else unset,
+            min(a1 / n1, 100.0) if n1 else unset,
+            min(a2 / n2, 100.0) if n2 else unset,
+            min(a3 / n3, 100.0) if n3 else unset,
+            a4 / n4 if n4 else unset,
+            a5 / n5 if n5 else unset,
+        )
+        return WorkloadMetrics(
+            namespace=workload[0],
+            kind=workload[1],
+            name=workload[2],
+            ts=now,
+            window_s=self.config.window_s,
+            pods=tuple(pods_out),
+            averages=averages,
+            pods_fresh=fresh,
+            pods_stale=stale,
+        )
 
     # --- sizes for /metrics ---------------------------------------------------
 
@@ -254,8 +492,15 @@ class WindowStore:
 
     @property
     def pod_count(self) -> int:
-        return len(self.pods)
+        return self._pod_count
 
     @property
     def bucket_count(self) -> int:
-        return sum(len(w.buckets) for w in self.pods.values())
+        """Buckets holding samples (walks every ring: tests and tools)."""
+        return sum(
+            1
+            for members in self.workloads.values()
+            for pid in members.values()
+            for slot in range(pid * self.slots, (pid + 1) * self.slots)
+            if self._ts[slot] != _EMPTY
+        )

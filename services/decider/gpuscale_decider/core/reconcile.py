@@ -103,7 +103,7 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
         message.ts,
         message.window_s,
         values,
-        message.averages,
+        message.averages.to_dict(),
         message.pods_fresh,
         message.pods_stale,
     )

@@ -10,27 +10,18 @@ evaluation yields an equal status and the shell writes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuscale.policy import GPUScalerSpec, PolicyError
+from gpuscale.timefmt import format_time, parse_time
 from gpuscale_decider.core.conditions import Condition, Reason, able, active, limited, summary
 
 if TYPE_CHECKING:  # the evaluation's module builds statuses with this one
     from gpuscale_decider.core.reconcile import Evaluation
 
-
-def rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: Any) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
+# One home for Kubernetes times (gpuscale.timefmt); the names the decider used.
+rfc3339 = format_time
+parse_rfc3339 = parse_time
 
 
 def targets_column(spec: GPUScalerSpec, averages: Mapping[str, float] | None) -> str:

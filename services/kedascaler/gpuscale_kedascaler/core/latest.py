@@ -9,11 +9,11 @@ as a current one (DESIGN.md §3: freshness is judged on arrival time).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 from gpuscale.subjects import WorkloadKey
+from gpuscale.wire import MetricValues
 
 from .query import ScalerQuery, ValueKind, WorkloadQuery
 
@@ -41,7 +41,7 @@ class MetricsMessage(Protocol):
     @property
     def window_s(self) -> float: ...
     @property
-    def averages(self) -> Mapping[str, float]: ...
+    def averages(self) -> MetricValues: ...
     @property
     def pods_fresh(self) -> int: ...
     @property
@@ -107,7 +107,7 @@ class LatestMetrics:
                 oldest = min(self._latest, key=lambda k: self._latest[k].received_at)
                 del self._latest[oldest]
         self._latest[key] = Snapshot(
-            averages=dict(message.averages),
+            averages=message.averages.to_dict(),
             pods_fresh=message.pods_fresh,
             pods_stale=message.pods_stale,
             window_s=message.window_s,

@@ -1,0 +1,53 @@
+"""Times and durations as people and the Kubernetes API write them: one home.
+
+Pure: strings in, unix seconds out, and back. Kubernetes writes ``Time`` as
+RFC 3339 in UTC to the second (``2026-11-21T11:30:44Z``) and ``MicroTime``
+with microseconds (Leases, events.k8s.io Events). Durations are what flags
+and GPUScalers accept: ``30``, ``30s``, ``1.5``, ``500ms``, ``2m``, ``1h``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+from typing import Any, Final
+
+DURATION_EXAMPLES: Final = "30, 30s, 500ms or 2m"
+_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def format_time(unix_s: float) -> str:
+    """A Kubernetes Time: RFC 3339 in UTC, whole seconds."""
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(unix_s: float) -> str:
+    """A Kubernetes MicroTime: RFC 3339 in UTC with microseconds."""
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: Any) -> float | None:
+    """Unix seconds from an RFC 3339 (Micro)Time string, or None when it is not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``30``, ``30s``, ``500ms``, ``2m``, ``1h``: finite and > 0,
+    else ValueError with a short reason."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"expected a duration such as {DURATION_EXAMPLES}")
+    value = float(m.group(1)) * _UNITS[m.group(2)]
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("must be greater than zero")
+    return value
