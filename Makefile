@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck imports unit venv clean bench
+.PHONY: demo test lint typecheck imports unit venv clean bench images images-push compose-up compose-down
 
 venv: $(STAMP)
 
@@ -33,6 +33,34 @@ unit: $(STAMP)
 
 # The README's test command: every habit check, then the whole suite.
 test: lint typecheck imports unit
+
+# Container images, tagged with the package version: docker, podman or buildah,
+# whichever works here (docker/images.sh; REGISTRY=... TAG=... ENGINE=... to choose).
+images:
+	docker/images.sh build
+
+images-push:
+	docker/images.sh push
+
+# The simulation as containers (docker-compose.yml) with docker compose or
+# podman-compose. NATS passwords are made once, random, in .compose.env.
+COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1 && docker info >/dev/null 2>&1; then echo "docker compose"; \
+	elif command -v podman-compose >/dev/null; then echo podman-compose; \
+	elif command -v docker-compose >/dev/null; then echo docker-compose; fi)
+
+.compose.env:
+	@umask 077; for r in COLLECTOR AGGREGATOR DECIDER ACTUATOR OBSERVER; do \
+	  echo "NATS_$${r}_PASSWORD=$$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"; done > $@
+	@echo "GPUSCALE_VERSION=$$(sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)" >> $@
+	@echo "wrote $@ (NATS passwords for the compose simulation)"
+
+compose-up: .compose.env images
+	@test -n "$(COMPOSE)" || { echo "no docker compose or podman-compose on this machine"; exit 2; }
+	set -a && . ./.compose.env && set +a && $(COMPOSE) up -d
+
+compose-down: .compose.env
+	@test -n "$(COMPOSE)" || { echo "no docker compose or podman-compose on this machine"; exit 2; }
+	set -a && . ./.compose.env && set +a && $(COMPOSE) down --volumes
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

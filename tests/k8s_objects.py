@@ -109,3 +109,9 @@ def servicemonitor_crd() -> dict[str, Any]:
     """The ServiceMonitor CRD: a cluster with the Prometheus Operator has it."""
     crd: dict[str, Any] = yaml.safe_load((FIXTURE_CRDS / "servicemonitors.yaml").read_text())
     return crd
+
+
+def prometheusrule_crd() -> dict[str, Any]:
+    """The PrometheusRule CRD: a cluster with the Prometheus Operator has it."""
+    crd: dict[str, Any] = yaml.safe_load((FIXTURE_CRDS / "prometheusrules.yaml").read_text())
+    return crd

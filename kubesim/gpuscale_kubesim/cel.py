@@ -95,8 +95,12 @@ def _validate(schema: Obj, value: Any, old: Any, path: str, errors: list[FieldEr
     if rules:
         self_value = to_cel(schema, value)
         old_value = ABSENT if old is ABSENT or old is None else to_cel(schema, old)
+        # Validation ratcheting (KEP-4008, on by default since Kubernetes 1.30): on an
+        # update, a value that did not change passes the rules it broke before (an
+        # object stored before a CRD upgrade added a rule can still get its status written).
+        unchanged = old is not ABSENT and old is not None and old == value
         for rule in rules:
-            _check(rule, schema, self_value, old_value, path, errors)
+            _check(rule, schema, self_value, old_value, path, errors, unchanged)
     if isinstance(value, dict):
         props: Obj = schema.get("properties") or {}
         additional = schema.get("additionalProperties")
@@ -114,13 +118,21 @@ def _validate(schema: Obj, value: Any, old: Any, path: str, errors: list[FieldEr
 
 
 def _check(
-    rule: Any, schema: Obj, self_value: Any, old_value: Any, path: str, errors: list[FieldError]
+    rule: Any,
+    schema: Obj,
+    self_value: Any,
+    old_value: Any,
+    path: str,
+    errors: list[FieldError],
+    unchanged: bool = False,
 ) -> None:
     if not isinstance(rule, dict) or not isinstance(rule.get("rule"), str):
         return
     text = rule["rule"]
     transition = "oldSelf" in text
     if transition and old_value is ABSENT and not rule.get("optionalOldSelf"):
+        return
+    if unchanged and not transition:
         return
     variables: Obj = {"self": self_value}
     if transition:

@@ -71,6 +71,24 @@ def default(rd: ResourceDef, obj: Obj) -> None:
         structural.apply_defaults(rd.schema, obj)
 
 
+_CEL_BLOCKING = frozenset(
+    {
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    }
+)
+_CEL_NOT_CHECKED = fe.FieldError(
+    "FieldValueInvalid",
+    "<nil>",
+    fe.GoLiteral('"null"'),
+    "some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation",
+)
+
+
 def validate(rd: ResourceDef, obj: Obj, old: Obj | None, *, events_api: bool = False) -> None:
     """Step 3 on the object as it would be stored; raises the 422."""
     errors: list[FieldError] = []
@@ -79,7 +97,12 @@ def validate(rd: ResourceDef, obj: Obj, old: Obj | None, *, events_api: bool = F
         errors += validation.validate_object_meta(meta, rd.namespaced, validation.name_is_dns_subdomain)
         if rd.schema is not None:
             errors += structural.validate(rd.schema, obj)
-            errors += cel.validate(rd.schema, obj, cel.ABSENT if old is None else old)
+            # As the apiextensions-apiserver (hasBlockingErr): after a wrong type, a missing
+            # required field, an unsupported value or a too long/many, CEL rules are not run.
+            if any(e.type in _CEL_BLOCKING for e in errors):
+                errors.append(_CEL_NOT_CHECKED)
+            else:
+                errors += cel.validate(rd.schema, obj, cel.ABSENT if old is None else old)
     elif rd.store_key == "events":
         errors += validation.validate_event(obj, events_api)
     elif rd.group == CRD_GROUP and rd.kind == "CustomResourceDefinition":

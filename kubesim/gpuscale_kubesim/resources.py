@@ -8,6 +8,7 @@ GPUScaler among them, loaded from the same YAML the deploy manifests ship.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,18 +171,51 @@ def age_of(stamp: Any, now: float) -> str:
     return "<unknown>" if ts is None else human_duration(now - ts)
 
 
+_JSONPATH_STEP = re.compile(
+    r"""\.(?P<key>[A-Za-z0-9_-]+)"""
+    r"""|\[(?P<index>\d+)\]"""
+    r"""|\[\?\(@\.(?P<field>[A-Za-z0-9_-]+)\s*==\s*(?P<quote>["'])(?P<value>[^"']*)(?P=quote)\)\]"""
+)
+
+
 def json_path(obj: Any, path: str) -> Any:
-    """The value at a simple ``.a.b.c`` path (what printer columns use), or None."""
+    """The value at a printer column's path, or None: ``.a.b.c``, ``.a.0``, ``.a[0]``
+    and kubectl's filter ``.status.conditions[?(@.type=="Ready")].status`` (the
+    first match; the API server prints every match, joined by commas)."""
+    text = path.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    if text and not text.startswith((".", "[")):
+        text = "." + text
     current = obj
-    for part in path.strip().lstrip(".").split("."):
-        if not part:
-            continue
-        if isinstance(current, dict):
-            current = current.get(part)
-        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
-            current = current[int(part)]
-        else:
+    at = 0
+    while at < len(text):
+        step = _JSONPATH_STEP.match(text, at)
+        if step is None:
             return None
+        at = step.end()
+        if step.group("key") is not None:
+            key = step.group("key")
+            if isinstance(current, dict):
+                current = current.get(key)
+            elif isinstance(current, list) and key.isdigit() and int(key) < len(current):
+                current = current[int(key)]
+            else:
+                return None
+        elif step.group("index") is not None:
+            index = int(step.group("index"))
+            if not isinstance(current, list) or index >= len(current):
+                return None
+            current = current[index]
+        else:
+            if not isinstance(current, list):
+                return None
+            field_name, wanted = step.group("field"), step.group("value")
+            current = next(
+                (i for i in current if isinstance(i, dict) and str(i.get(field_name)) == wanted), None
+            )
+            if current is None:
+                return None
     return current
 
 
@@ -604,6 +638,24 @@ BUILTINS: tuple[ResourceDef, ...] = (
             Column(
                 "Max Unavailable", "string", _path_cell(".spec.maxUnavailable", "string"), "Max unavailable"
             ),
+            AGE_COLUMN,
+        ),
+    ),
+    ResourceDef(
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "priorityclass",
+        "PriorityClass",
+        namespaced=False,
+        short_names=("pc",),
+        columns=(
+            NAME_COLUMN,
+            Column("Value", "integer", _int(".value"), "The priority"),
+            Column(
+                "Global-Default", "boolean", _path_cell(".globalDefault", "boolean"), "The default for pods"
+            ),
+            Column("Preemption-Policy", "string", _path_cell(".preemptionPolicy", "string"), "Preemption"),
             AGE_COLUMN,
         ),
     ),

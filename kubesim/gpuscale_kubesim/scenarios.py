@@ -18,7 +18,7 @@ DEMO_NAMESPACE = "default"
 
 
 def gpuscaler_crd() -> Obj:
-    """The GPUScaler CRD, the same file as deploy/base/crd-gpuscaler.yaml."""
+    """The GPUScaler CRD, the same file as deploy/cluster/crd-gpuscaler.yaml."""
     text = importlib.resources.files("gpuscale_kubesim").joinpath("crds/gpuscaler.yaml").read_text()
     crd: Obj = yaml.safe_load(text)
     return crd

@@ -754,6 +754,39 @@ def validate_hpa(obj: Obj) -> Errors:
     return errs
 
 
+HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
+SYSTEM_PRIORITY_CLASSES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
+
+
+def validate_priority_class(obj: Obj) -> Errors:
+    """pkg/apis/scheduling/validation ValidatePriorityClass."""
+    meta = obj.get("metadata") or {}
+    errs = validate_object_meta(meta, False, name_is_dns_subdomain)
+    name = str(meta.get("name") or "")
+    value = obj.get("value")
+    if name.startswith("system-"):
+        known = SYSTEM_PRIORITY_CLASSES.get(name)
+        if known is None or known != value or obj.get("globalDefault"):
+            errs.append(
+                fe.forbidden(
+                    "metadata.name",
+                    "priority class names with 'system-' prefix are reserved for system use only. "
+                    f"error: {name} is not a known system priority class",
+                )
+            )
+    elif isinstance(value, int) and value > HIGHEST_USER_DEFINABLE_PRIORITY:
+        errs.append(
+            fe.forbidden(
+                "value",
+                f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}",
+            )
+        )
+    policy = obj.get("preemptionPolicy")
+    if policy is not None and policy not in ("Never", "PreemptLowerPriority"):
+        errs.append(fe.not_supported("preemptionPolicy", policy, ["Never", "PreemptLowerPriority"]))
+    return errs
+
+
 def validate_node(obj: Obj) -> Errors:
     return validate_object_meta(obj.get("metadata") or {}, False, name_is_dns_subdomain)
 
@@ -779,6 +812,7 @@ VALIDATORS: dict[tuple[str, str], Validator] = {
     ("rbac.authorization.k8s.io", "RoleBinding"): validate_binding(True),
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): validate_binding(False),
     ("autoscaling", "HorizontalPodAutoscaler"): validate_hpa,
+    ("scheduling.k8s.io", "PriorityClass"): validate_priority_class,
 }
 
 
@@ -796,6 +830,8 @@ def validate_update(group: str, kind: str, new: Obj, old: Obj) -> Errors:
         after = (new.get("spec") or {}).get("selector")
         if kind != "ReplicaSet" and before != after:
             errs.append(fe.invalid("spec.selector", GoLiteral("v1.LabelSelector{...}"), "field is immutable"))
+    if group == "scheduling.k8s.io" and kind == "PriorityClass" and old.get("value") != new.get("value"):
+        errs.append(fe.forbidden("value", "may not be changed in an update."))
     binding = group == "rbac.authorization.k8s.io" and kind in ("RoleBinding", "ClusterRoleBinding")
     if binding and old.get("roleRef") != new.get("roleRef"):
         errs.append(fe.invalid("roleRef", GoLiteral("rbac.RoleRef{...}"), "cannot change roleRef"))

@@ -35,6 +35,7 @@ ROOTS = [
     "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler",
     "io.k8s.api.autoscaling.v1.Scale",
     "io.k8s.api.policy.v1.PodDisruptionBudget",
+    "io.k8s.api.scheduling.v1.PriorityClass",
     *(f"io.k8s.api.rbac.v1.{k}" for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")),
     "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition",
     "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1.APIService",

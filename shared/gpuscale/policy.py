@@ -140,6 +140,7 @@ class GPUScaler:
     name: str
     spec: GPUScalerSpec
     generation: int = 0
+    uid: str = ""  # the object's metadata.uid: its Events name it
 
     @property
     def key(self) -> str:
@@ -342,6 +343,8 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
     namespace = c.string(meta, "namespace", "metadata", default="default")
     generation_raw = meta.get("generation", 0)
     generation = generation_raw if isinstance(generation_raw, int) else 0
+    uid_raw = meta.get("uid", "")
+    uid = uid_raw if isinstance(uid_raw, str) else ""
     kind = root.get("kind", KIND)
     if kind != KIND:
         c.add("kind", f"must be {KIND}, got {kind!r}")
@@ -412,6 +415,7 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
         namespace=namespace,
         name=name,
         generation=generation,
+        uid=uid,
         spec=GPUScalerSpec(
             scale_target_ref=ref,
             min_replicas=min_replicas,

@@ -196,3 +196,12 @@ async def running_decider(settings: DeciderSettings) -> AsyncIterator[RunningDec
 
 def deployment(name: str, replicas: int, namespace: str = "default") -> dict[str, Any]:
     return gpu_workload(name, replicas, namespace=namespace, gpus=None)
+
+
+async def store_predating_the_crd_rules(sim: KubeSim, obj: dict[str, Any], valid: dict[str, Any]) -> None:
+    """Store ``obj`` though the CRD's rules refuse it: an object created before a CRD
+    upgrade added them stays as it was (the API server checks writes, not what is
+    stored). Created as ``valid`` first, then replaced as a controller writes, unchecked."""
+    created = await sim.create(valid)  # with the schema's defaults, as a stored object is read
+    stored = {**created, "spec": {**created["spec"], **obj["spec"]}}
+    sim.store.put(sim.resource(obj["apiVersion"], obj["kind"]), stored)

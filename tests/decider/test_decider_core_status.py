@@ -64,12 +64,15 @@ def test_evaluation_status_has_the_printer_column_fields_and_conditions() -> Non
     assert (status["currentReplicas"], status["desiredReplicas"]) == (2, 3)
     assert status["lastScaleTime"] == rfc3339(NOW - 60)
     assert status["currentMetrics"] == [{"name": "gpu_util", "target": 70.0, "current": 83.0}]
-    types = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
-    assert types == {
-        "AbleToScale": ("True", "ReadyForNewScale"),
-        "ScalingActive": ("True", "ValidMetricFound"),
-        "ScalingLimited": ("False", "DesiredWithinRange"),
-    }
+    types = [(c["type"], c["status"], c["reason"]) for c in status["conditions"]]
+    assert types == [
+        ("Ready", "True", "GPUScalerReady"),
+        ("AbleToScale", "True", "ReadyForNewScale"),
+        ("ScalingActive", "True", "ValidMetricFound"),
+        ("ScalingLimited", "False", "DesiredWithinRange"),
+        ("Paused", "False", "NotPaused"),
+        ("Fallback", "False", "FallbackInactive"),
+    ]
 
 
 def test_stale_metrics_show_unknown_targets() -> None:

@@ -31,7 +31,12 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 EXAMPLES = DEPLOY / "examples"
 NATS_AUTH_CONF = DEPLOY / "base" / "nats" / "auth.conf"
 NATS_MAIN_CONF = DEPLOY / "base" / "nats" / "nats.conf"
-CRD_FILE = DEPLOY / "base" / "crd-gpuscaler.yaml"
+CRD_FILE = DEPLOY / "cluster" / "crd-gpuscaler.yaml"
+
+# The kustomize overlays for other platforms and settings (deploy/overlays/*).
+OVERLAYS = tuple(
+    sorted(f"overlays/{p.parent.name}" for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
+)
 NODE_AUTH = DEPLOY / "components" / "node-auth"
 NODE_AUTH_CONF = NODE_AUTH / "nats" / "node-auth.conf"
 # An overlay with the node-auth component, as docs/SECURITY-node-auth.md has users write theirs.

@@ -42,8 +42,38 @@ DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
 NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4")
 
 
-def _compose() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())
+ROLES = ("collector", "aggregator", "decider", "actuator", "observer")
+# What `make compose-up` puts in .compose.env.
+COMPOSE_ENV = {f"NATS_{role.upper()}_PASSWORD": f"{role}0123456789abcdef" for role in ROLES}
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+
+
+class MissingVariable(ValueError):
+    pass
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's variable interpolation: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}."""
+
+    def one(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3)
+        value = env.get(name)
+        if op in (":-", "-"):
+            return arg if value is None or (op == ":-" and value == "") else value
+        if op in (":?", "?"):
+            if value is None or (op == ":?" and value == ""):
+                raise MissingVariable(f"{name}: {arg}")
+            return value
+        return value or ""
+
+    return _VARIABLE.sub(one, text)
+
+
+def _compose(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """docker-compose.yml as `docker compose config` reads it with ``env`` (default: .compose.env's)."""
+    loaded: dict[str, Any] = yaml.safe_load(
+        interpolate(COMPOSE_FILE.read_text(), COMPOSE_ENV if env is None else env)
+    )
     return loaded
 
 
@@ -123,7 +153,41 @@ def test_compose_runs_the_whole_simulation() -> None:
     )
     nats = services["nats"]
     assert nats["image"].split(":")[0] == "nats", "the official nats image"
-    assert "-js" in _as_list(nats["command"])
+    assert _as_list(nats["command"]) == ["--config", "/etc/nats/nats.conf"]
+    conf = (REPO / "deploy" / "compose" / "nats.conf").read_text()
+    assert re.search(r"^jetstream \{", conf, re.M)
+    assert re.search(r"^include auth\.conf$", conf, re.M)
+
+
+def test_compose_publishes_every_port_on_the_loopback_only() -> None:
+    for name, service in _services().items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond this machine"
+
+
+def test_compose_nats_has_deploys_users_and_permissions() -> None:
+    nats = _services()["nats"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in nats["volumes"]}
+    # The very file the Kubernetes install uses, not a copy.
+    assert mounts["/etc/nats/auth.conf"] == "./deploy/base/nats/auth.conf"
+    assert mounts["/etc/nats/nats.conf"] == "./deploy/compose/nats.conf"
+    env = _environment(nats)
+    for role in ROLES:
+        assert env[f"NATS_{role.upper()}_PASSWORD"] == COMPOSE_ENV[f"NATS_{role.upper()}_PASSWORD"]
+
+
+def test_compose_refuses_to_start_without_the_passwords() -> None:
+    with pytest.raises(MissingVariable, match="NATS_COLLECTOR_PASSWORD: run make compose-up"):
+        _compose({})
+
+
+def test_compose_runs_the_images_make_images_builds() -> None:
+    version = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
+    assert version is not None
+    for name, service, command in _gpuscale_services():
+        assert service["image"] == f"ghcr.io/gpuscale/gpuscale-{command}:{version.group(1)}", name
+    pinned = _compose({**COMPOSE_ENV, "GPUSCALE_VERSION": "9.9.9"})["services"]["decider"]["image"]
+    assert pinned == "ghcr.io/gpuscale/gpuscale-decider:9.9.9"
 
 
 def test_one_simulated_collector_per_simulated_node_reading_kube_sim() -> None:
@@ -202,7 +266,11 @@ def test_kube_sim_shares_a_kubeconfig_the_others_can_reach() -> None:
             assert service["depends_on"]["kube-sim"]["condition"] == "service_healthy", name
         if command != "kube-sim":
             assert service["depends_on"]["nats"]["condition"] == "service_healthy", name
-            assert _environment(service)["GPUSCALE_NATS_URL"] == "nats://nats:4222", name
+            url = urlparse(_environment(service)["GPUSCALE_NATS_URL"])
+            assert (url.hostname, url.port) == ("nats", 4222), name
+            # Each service logs in as its own role, as in deploy/.
+            assert url.username == command, name
+            assert url.password == COMPOSE_ENV[f"NATS_{command.upper()}_PASSWORD"], name
 
 
 def test_every_file_and_volume_compose_references_exists() -> None:

@@ -12,15 +12,19 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 
+from ..k8s_objects import FIXTURE_CRDS
 from .deploy_support import (
     DEPLOY,
     EXAMPLES,
     K8S_VERSION,
     KUBECTL_MISSING,
+    OVERLAYS,
     Obj,
+    _strict_json_schema,
     find,
     gpuscaler_validator,
     kubectl_path,
@@ -30,7 +34,10 @@ from .deploy_support import (
 )
 
 # Kinds that only exist once someone installs their CRD; checked by hand below.
-CUSTOM_KINDS = {"monitoring.coreos.com/v1": {"ServiceMonitor"}, "gpuscale.io/v1alpha1": {"GPUScaler"}}
+CUSTOM_KINDS = {
+    "monitoring.coreos.com/v1": {"ServiceMonitor", "PrometheusRule"},
+    "gpuscale.io/v1alpha1": {"GPUScaler"},
+}
 
 
 def _is_custom(obj: Obj) -> bool:
@@ -45,7 +52,7 @@ def _all_rendered() -> list[tuple[str, Obj]]:
     out: list[tuple[str, Obj]] = []
     if kubectl_path() is None:
         return out
-    for directory in ("", "base", "monitoring", "grafana"):
+    for directory in ("", "cluster", "base", "monitoring", "grafana", *OVERLAYS):
         out.extend((f"deploy/{directory}", o) for o in render(DEPLOY / directory))
     for path in sorted(EXAMPLES.glob("*.yaml")):
         out.extend((f"deploy/examples/{path.name}", o) for o in load_yaml_documents(path))
@@ -56,8 +63,6 @@ def test_the_install_renders_the_expected_objects() -> None:
     objects = render(DEPLOY)
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
     expected = {
-        ("Namespace", "gpuscale"),
-        ("CustomResourceDefinition", "gpuscalers.gpuscale.io"),
         ("DaemonSet", "gpuscale-collector"),
         ("Deployment", "gpuscale-aggregator"),
         ("Deployment", "gpuscale-decider"),
@@ -70,15 +75,40 @@ def test_the_install_renders_the_expected_objects() -> None:
         ("ServiceMonitor", "gpuscale-aggregator"),
         ("ServiceMonitor", "gpuscale-decider"),
         ("ServiceMonitor", "gpuscale-actuator"),
+        ("PrometheusRule", "gpuscale"),
     }
     assert expected <= kinds, f"missing: {sorted(expected - kinds)}"
     # Examples and the real Secret are deliberately not part of the install.
     assert not of_kind(objects, "GPUScaler", "Secret")
+    cluster = {(o["kind"], o["metadata"]["name"]) for o in render(DEPLOY / "cluster")}
+    assert cluster == {("Namespace", "gpuscale"), ("CustomResourceDefinition", "gpuscalers.gpuscale.io")}
 
 
-def test_every_namespaced_object_lands_in_the_gpuscale_namespace() -> None:
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
-    for obj in render(DEPLOY):
+@pytest.mark.parametrize("directory", ["", "base", *OVERLAYS])
+def test_uninstalling_keeps_the_state(directory: str) -> None:
+    """`kubectl delete -k` deletes what the kustomization renders: never the namespace
+    (the Secret and the NATS volumes live there), the CRD (it takes every GPUScaler
+    with it), a Secret or a volume claim."""
+    objects = render(DEPLOY / directory)
+    kept = of_kind(objects, "Namespace", "CustomResourceDefinition", "Secret", "PersistentVolumeClaim")
+    assert kept == [], [f"{o['kind']}/{o['metadata']['name']}" for o in kept]
+    nats = find(objects, "StatefulSet", "nats")
+    assert nats["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
+
+
+@pytest.mark.parametrize("directory", ["", *OVERLAYS])
+def test_every_namespaced_object_lands_in_the_gpuscale_namespace(directory: str) -> None:
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+    }
+    for obj in render(DEPLOY / directory):
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], _label(obj)
         else:
@@ -115,7 +145,7 @@ def _example_gpuscalers() -> list[Obj]:
 
 
 def test_the_crd_is_the_one_kustomize_installs() -> None:
-    crd = find(render(DEPLOY), "CustomResourceDefinition", "gpuscalers.gpuscale.io")
+    crd = find(render(DEPLOY / "cluster"), "CustomResourceDefinition", "gpuscalers.gpuscale.io")
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
     assert version["subresources"].get("status") == {}
     columns = {c["name"].upper() for c in version["additionalPrinterColumns"]}
@@ -152,6 +182,14 @@ def test_the_crd_schema_check_catches_a_broken_gpuscaler(change: Any, why: str) 
     broken = copy.deepcopy(_example_gpuscalers()[0])
     change(broken["spec"])
     assert list(gpuscaler_validator().iter_errors(broken)), why
+
+
+def test_the_prometheus_rule_matches_the_operators_schema() -> None:
+    crd = load_yaml_documents(FIXTURE_CRDS / "prometheusrules.yaml")[0]
+    schema = _strict_json_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    rule = find(render(DEPLOY), "PrometheusRule", "gpuscale")
+    errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft4Validator(schema).iter_errors(rule)]
+    assert errors == []
 
 
 # --- ServiceMonitors against the Services they select -------------------------

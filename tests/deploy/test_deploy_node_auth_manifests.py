@@ -351,6 +351,7 @@ async def test_kubectl_applies_the_overlay_to_a_fresh_cluster(kube_sim: KubeSim,
     kubectl = Kubectl(kube_sim, tmp_path / "kubectl-cache")
     await kubectl("delete", "customresourcedefinition", "gpuscalers.gpuscale.io")
     await kubectl("delete", "namespace", "gpuscale")
+    await kubectl("apply", "-k", str(DEPLOY / "cluster"))  # the namespace and the CRD come first
     out = await kubectl("apply", "-k", str(NODE_AUTH_OVERLAY))  # kubectl's default validation: strict
     for line in (
         "deployment.apps/gpuscale-nats-auth created",

@@ -140,6 +140,7 @@ DECIDER_NEEDS = [
     ("list", "keda.sh", "scaledobjects"),
     ("list", "", "pods"),
     ("watch", "", "pods"),
+    ("create", "events.k8s.io", "events"),  # Events on the GPUScalers, in their namespaces
 ]
 
 ACTUATOR_NEEDS = [
@@ -180,9 +181,19 @@ def test_the_decider_writes_only_gpuscaler_status_and_its_lease(objects: list[Ob
     }
     assert writes == {
         ("*", "gpuscale.io", "gpuscalers/status"),
+        ("*", "events.k8s.io", "events"),
         ("gpuscale", "coordination.k8s.io", "leases"),
     }
     assert not grant.allows("update", "gpuscale.io", "gpuscalers")
+
+
+def test_the_decider_may_only_create_events_never_read_change_or_delete_them(objects: list[Obj]) -> None:
+    grant = _grant(objects, "gpuscale-decider")
+    assert grant.allows("create", "events.k8s.io", "events", namespace="inference")
+    for verb in ("get", "list", "watch", "update", "patch", "delete", "deletecollection"):
+        assert not grant.allows(verb, "events.k8s.io", "events"), verb
+    for verb in ("create", *WRITE_VERBS):
+        assert not grant.allows(verb, "", "events"), f"core v1 events: {verb}"
 
 
 def test_the_decider_lists_and_watches_pods_and_nothing_more_of_them(objects: list[Obj]) -> None:

@@ -23,6 +23,7 @@ pytestmark = [
 
 async def test_apply_k_the_keda_scaler_overlay(kube_sim: KubeSim, kubectl: Kubectl) -> None:
     await fresh_cluster(kubectl)
+    await kubectl("apply", "-k", str(REPO / "deploy" / "cluster"))  # the namespace and the CRD, first
     out = await kubectl("apply", "-k", str(REPO / "deploy" / "examples" / "with-keda-scaler"))
     for line in (
         "apiservice.apiregistration.k8s.io/v1beta1.external.metrics.k8s.io created",

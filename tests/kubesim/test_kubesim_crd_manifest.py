@@ -10,7 +10,24 @@ import yaml
 from gpuscale_kubesim.resources import from_crd
 
 REPO = Path(__file__).resolve().parents[2]
-DEPLOY_CRD = REPO / "deploy" / "base" / "crd-gpuscaler.yaml"
+DEPLOY_CRD = REPO / "deploy" / "cluster" / "crd-gpuscaler.yaml"
+
+
+# kubectl get hpa's, KEDA's READY/ACTIVE/PAUSED/FALLBACK, and two for -o wide.
+PRINTER_COLUMNS = [
+    "Reference",
+    "Targets",
+    "MinPods",
+    "MaxPods",
+    "Replicas",
+    "Ready",
+    "Active",
+    "Paused",
+    "Fallback",
+    "Age",
+    "Kind",
+    "Reason",
+]
 
 
 def packaged_crd_text() -> str:
@@ -19,7 +36,7 @@ def packaged_crd_text() -> str:
 
 def test_packaged_crd_is_identical_to_the_deploy_manifest() -> None:
     assert packaged_crd_text() == DEPLOY_CRD.read_text(), (
-        "copy deploy/base/crd-gpuscaler.yaml to kubesim/gpuscale_kubesim/crds/gpuscaler.yaml"
+        "copy deploy/cluster/crd-gpuscaler.yaml to kubesim/gpuscale_kubesim/crds/gpuscaler.yaml"
     )
 
 
@@ -33,7 +50,7 @@ def test_crd_shape() -> None:
     assert version["name"] == "v1alpha1"
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Reference", "Targets", "MinPods", "MaxPods", "Replicas", "Age"]
+    assert columns == PRINTER_COLUMNS
     props = version["schema"]["openAPIV3Schema"]["properties"]
     assert set(props["spec"]["properties"]) == {
         "scaleTargetRef",
@@ -120,13 +137,5 @@ def _draft4(schema: object) -> object:
 def test_served_kind_has_the_printer_columns() -> None:
     (served,) = from_crd(yaml.safe_load(packaged_crd_text()))
     assert served.api_version == "gpuscale.io/v1alpha1"
-    assert [c.name for c in served.table_columns()] == [
-        "Name",
-        "Reference",
-        "Targets",
-        "MinPods",
-        "MaxPods",
-        "Replicas",
-        "Age",
-    ]
+    assert [c.name for c in served.table_columns()] == ["Name", *PRINTER_COLUMNS]
     assert served.subresources == frozenset({"status"})

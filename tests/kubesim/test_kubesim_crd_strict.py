@@ -93,10 +93,10 @@ VIOLATIONS = [
     ),
     Violation(
         "minimum",
-        {"minReplicas": -1},
-        "spec.minReplicas",
+        {"behavior": {"scaleUp": {"cooldownSeconds": -1}}},
+        "spec.behavior.scaleUp.cooldownSeconds",
         "FieldValueInvalid",
-        "Invalid value: -1: spec.minReplicas in body should be greater than or equal to 0",
+        "Invalid value: -1: spec.behavior.scaleUp.cooldownSeconds in body should be greater than or equal to 0",
     ),
     Violation(
         "maximum",
@@ -129,6 +129,14 @@ VIOLATIONS = [
 ]
 
 
+# apiextensions-apiserver's hasBlockingErr: these errors stop the CEL rules from running.
+CEL_BLOCKING = {"FieldValueNotSupported", "FieldValueRequired", "FieldValueTypeInvalid"}
+CEL_NOT_CHECKED = (
+    'Invalid value: "null": some validation rules were not checked because the object was invalid; '
+    "correct the existing errors to complete validation"
+)
+
+
 @pytest.mark.parametrize("case", VIOLATIONS, ids=lambda c: c.name)
 async def test_a_schema_violation_is_422_with_its_field(api: ApiClient, case: Violation) -> None:
     body = gpuscaler("bert")
@@ -141,7 +149,15 @@ async def test_a_schema_violation_is_422_with_its_field(api: ApiClient, case: Vi
     assert status["details"]["group"] == GROUP
     assert status["details"]["kind"] == "GPUScaler"
     assert causes(raised.value)[case.field] == (case.reason, case.message)
-    assert status["message"] == f'GPUScaler.gpuscale.io "bert" is invalid: {case.field}: {case.message}'
+    if case.reason in CEL_BLOCKING:
+        # The API server skips the CRD's CEL rules after such an error, and says so.
+        assert causes(raised.value)["<nil>"] == ("FieldValueInvalid", CEL_NOT_CHECKED)
+        assert status["message"] == (
+            f'GPUScaler.gpuscale.io "bert" is invalid: '
+            f"[{case.field}: {case.message}, <nil>: {CEL_NOT_CHECKED}]"
+        )
+    else:
+        assert status["message"] == f'GPUScaler.gpuscale.io "bert" is invalid: {case.field}: {case.message}'
 
 
 async def test_every_violation_is_reported_at_once(api: ApiClient) -> None:
@@ -156,6 +172,7 @@ async def test_every_violation_is_reported_at_once(api: ApiClient) -> None:
         "spec.maxReplicas",
         "spec.window",
         "spec.metrics",
+        "<nil>",  # the missing metrics (Required) stop the CEL rules, and that is said too
     }
     assert status["message"].startswith('GPUScaler.gpuscale.io "bert" is invalid: [')
 

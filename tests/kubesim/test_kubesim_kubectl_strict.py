@@ -47,13 +47,17 @@ async def test_apply_k_deploy_then_the_pipeline_runs_on_what_it_applied(
     kube_sim: KubeSim, kubectl: Kubectl, nats_server: EmbeddedNats, nats_client: NATS
 ) -> None:
     await fresh_cluster(kubectl)
-    # A cluster with the Prometheus Operator: its ServiceMonitor CRD is there.
+    # A cluster with the Prometheus Operator: its ServiceMonitor and PrometheusRule CRDs are there.
     await kubectl("apply", "-f", str(FIXTURE_CRDS / "servicemonitors.yaml"))
+    await kubectl("apply", "-f", str(FIXTURE_CRDS / "prometheusrules.yaml"))
 
-    out = await kubectl("apply", "-k", str(REPO / "deploy"))  # kubectl's default validation: strict
+    out = await kubectl(
+        "apply", "-k", str(REPO / "deploy" / "cluster")
+    )  # kubectl's default validation: strict
+    assert "namespace/gpuscale created" in out
+    assert "customresourcedefinition.apiextensions.k8s.io/gpuscalers.gpuscale.io created" in out
+    out = await kubectl("apply", "-k", str(REPO / "deploy"))
     for line in (
-        "namespace/gpuscale created",
-        "customresourcedefinition.apiextensions.k8s.io/gpuscalers.gpuscale.io created",
         "daemonset.apps/gpuscale-collector created",
         "deployment.apps/gpuscale-decider created",
         "statefulset.apps/nats created",
@@ -62,6 +66,7 @@ async def test_apply_k_deploy_then_the_pipeline_runs_on_what_it_applied(
         "configmap/nats-config created",
         "service/nats created",
         "servicemonitor.monitoring.coreos.com/gpuscale-collector created",
+        "prometheusrule.monitoring.coreos.com/gpuscale created",
     ):
         assert line in out, out
     assert "Warning" not in out, out
@@ -74,8 +79,13 @@ async def test_apply_k_deploy_then_the_pipeline_runs_on_what_it_applied(
     # The example GPUScaler and its target, as a user would apply them.
     await kubectl("apply", "-f", str(REPO / "deploy" / "examples" / "gpuscaler-bert-intent-detection.yaml"))
     await kubectl("apply", "-f", "-", stdin=yaml.safe_dump(gpu_workload("bert-intent-detection", gpus=None)))
-    columns = (await kubectl("get", "gpuscalers")).splitlines()[0].split()
-    assert columns == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
+    table = (await kubectl("get", "gpuscalers")).splitlines()
+    assert table[0].split() == [
+        "NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS",
+        "READY", "ACTIVE", "PAUSED", "FALLBACK", "AGE",
+    ]  # fmt: skip
+    # Before the decider wrote anything, REFERENCE (from the spec) already names the target.
+    assert table[1].split()[:2] == ["bert-intent-detection", "bert-intent-detection"]
 
     def scaler() -> dict[str, Any]:
         return kube_sim.get("gpuscale.io/v1alpha1", "GPUScaler", "bert-intent-detection")
@@ -89,12 +99,28 @@ async def test_apply_k_deploy_then_the_pipeline_runs_on_what_it_applied(
         decision = await watch.next(1)
         assert (decision.from_replicas, decision.to_replicas) == (1, 2)
         await eventually(lambda: (scaler().get("status") or {}).get("desiredReplicas") == 2, what="status")
+        await eventually(
+            lambda: any(
+                e.get("reason") == "ScaleUpDecided" for e in kube_sim.list_objects("v1", "Event", "default")
+            ),
+            what="the decision's Event on the GPUScaler",
+        )
     status = scaler()["status"]
     # The explanation is a declared field: a real server keeps it.
     assert status["reason"], status
     assert "23" in status["reason"]
     described = await kubectl("get", "gpuscaler", "bert-intent-detection", "-o", "jsonpath={.status.reason}")
     assert described == status["reason"]
+    row = (await kubectl("get", "gpuscalers", "-o", "wide")).splitlines()[1].split()
+    # NAME REFERENCE TARGETS MINPODS MAXPODS REPLICAS READY ACTIVE PAUSED FALLBACK AGE KIND REASON
+    assert row[1:3] == ["bert-intent-detection", "23/20"]
+    assert row[6:10] == ["True", "True", "False", "False"]
+    assert row[11:] == ["Deployment", "GPUScalerReady"]
+    # `kubectl describe` lists the decision as an Event on the GPUScaler itself.
+    described = await kubectl("describe", "gpuscaler", "bert-intent-detection")
+    assert "Events:" in described
+    assert "ScaleUpDecided" in described, described
+    assert "New size: 2 (from 1)" in described
 
 
 async def test_apply_k_deploy_needs_the_servicemonitor_crd(kubectl: Kubectl) -> None:
@@ -108,7 +134,7 @@ async def test_apply_k_deploy_needs_the_servicemonitor_crd(kubectl: Kubectl) -> 
 async def test_kubectl_explain_reads_the_served_schemas(kubectl: Kubectl) -> None:
     top = await kubectl("explain", "gpuscaler")
     assert "KIND:       GPUScaler" in top
-    assert "GPUScaler scales a workload on GPU metrics" in top
+    assert "GPUScaler scales a Deployment or StatefulSet" in top
     behavior = await kubectl("explain", "gpuscaler.spec.behavior")
     assert "scaleUp\t<Object>" in behavior
     assert "scaleDown\t<Object>" in behavior
@@ -118,7 +144,7 @@ async def test_kubectl_explain_reads_the_served_schemas(kubectl: Kubectl) -> Non
     assert "Number of desired pods" in replicas
     # The older explain reads /openapi/v2 in its protobuf form.
     metrics = await kubectl("explain", "gpuscaler.spec.metrics", "--output=plaintext-openapiv2")
-    assert "The desired count is the largest over these metrics." in metrics
+    assert "The metrics to scale on" in metrics
     assert "target\t<number> -required-" in metrics
 
 

@@ -94,14 +94,32 @@ async def test_get_gpuscalers_shows_the_printer_columns(kube_sim: KubeSim, kubec
         custom,
         NS,
         "bert",
-        {"status": {"reference": "Deployment/bert", "targets": "83/70", "currentReplicas": 2}},
+        {
+            "status": {
+                "reference": "Deployment/bert",
+                "targets": "83/70",
+                "currentReplicas": 2,
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "ConflictingController"},
+                    {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound"},
+                    {"type": "Paused", "status": "False", "reason": "NotPaused"},
+                    {"type": "Fallback", "status": "False", "reason": "FallbackInactive"},
+                ],
+            }
+        },
         "application/merge-patch+json",
         "status",
     )
     table = rows(await kubectl("get", "gpuscalers"))
-    assert table[0] == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
-    assert table[1][:6] == ["bert", "Deployment/bert", "83/70", "1", "10", "2"]
-    assert rows(await kubectl("get", "gs"))[1][:3] == ["bert", "Deployment/bert", "83/70"]  # the short name
+    assert table[0] == [
+        "NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "READY", "ACTIVE", "PAUSED", "FALLBACK", "AGE",
+    ]  # fmt: skip
+    # REFERENCE from the spec; READY..FALLBACK from the conditions (JSONPath filters).
+    assert table[1][:10] == ["bert", "bert", "83/70", "1", "10", "2", "False", "True", "False", "False"]
+    assert rows(await kubectl("get", "gs"))[1][:3] == ["bert", "bert", "83/70"]  # the short name
+    wide = rows(await kubectl("get", "gs", "-o", "wide"))
+    assert wide[0][-2:] == ["KIND", "REASON"]
+    assert wide[1][-2:] == ["Deployment", "ConflictingController"]
 
 
 async def test_get_events_shows_what_controllers_recorded(kube_sim: KubeSim, kubectl: Kubectl) -> None:

@@ -38,9 +38,9 @@ from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision
 from gpuscale_decider.core.reconcile import Config
 from gpuscale_decider.decider import Decider
-from gpuscale_decider.kubeio import ConflictFinder, GPUScalerWatcher, StatusWriter
+from gpuscale_decider.kubeio import ConflictFinder, EventWriter, GPUScalerWatcher, StatusWriter
 from gpuscale_decider.pods import PodCache
-from gpuscale_decider.registry import NoStatus, StatusSink
+from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, StatusSink
 from gpuscale_decider.settings import DeciderSettings
 from gpuscale_decider.sources import KubeScaleSource, KvStateStore
 
@@ -134,12 +134,16 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         return elector is None or elector.is_leader
 
     status: StatusSink
+    events: EventSink
     writer: StatusWriter | None = None
+    event_writer: EventWriter | None = None
     if s.policies is None:
         writer = StatusWriter(api, is_leader)
         status = writer
+        event_writer = EventWriter(api, identity=s.holder_identity, is_leader=is_leader)
+        events = event_writer
     else:
-        status = NoStatus()
+        status, events = NoStatus(), NoEvents()
 
     async def publish(decision: Decision) -> None:
         key = subjects.WorkloadKey(decision.namespace, decision.kind, decision.name)
@@ -155,6 +159,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         KvStateStore(kv),
         publish,
         status=status,
+        events=events,
         is_leader=is_leader,
         config=Config(actuation_timeout_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
     )
@@ -188,6 +193,11 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         tasks.append(asyncio.create_task(watcher.run(ctx.stop)))
     if writer is not None:
         tasks.append(asyncio.create_task(writer.run(ctx.stop)))
+    if event_writer is not None:
+        event_writer.count = lambda result: decider.m.events.labels(
+            result=result
+        ).inc()  # counted by the decider's metrics
+        tasks.append(asyncio.create_task(event_writer.run(ctx.stop)))
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(ctx.stop)))
     conflicts = ConflictFinder(api, decider.registry.set_conflicts, s.conflict_check_interval)

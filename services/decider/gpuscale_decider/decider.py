@@ -25,12 +25,14 @@ from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import SubjectError, WorkloadKey, parse_workload
 from gpuscale.wire import Action, Decision, WireError, WorkloadMetrics
+from gpuscale_decider.core.events import decision_event
 from gpuscale_decider.core.reconcile import (
     Config,
     Memory,
     PlannedDecision,
     Step,
     Target,
+    Written,
     action_seen,
     longest_period,
     observation_of,
@@ -40,7 +42,7 @@ from gpuscale_decider.core.reconcile import (
 from gpuscale_decider.core.replicas import PodView
 from gpuscale_decider.core.state import ScalerState, seed_last_scale
 from gpuscale_decider.metrics import DeciderMetrics
-from gpuscale_decider.registry import NoStatus, Registry, StatusSink, Workload
+from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, Registry, StatusSink, Workload
 from gpuscale_decider.sources import PodSource, ScaleSource, StateStore
 
 Publish = Callable[[Decision], Awaitable[None]]
@@ -60,6 +62,7 @@ class Decider:
         publish: Publish,
         *,
         status: StatusSink | None = None,
+        events: EventSink | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         config: Config = Config(),  # noqa: B008 - a frozen value, never mutated
@@ -68,10 +71,11 @@ class Decider:
         self.m = DeciderMetrics(metrics)
         self.scales, self.pods, self.store, self.publish = scales, pods, store, publish
         self.status = status or NoStatus()
+        self.events = events or NoEvents()
         self.is_leader = is_leader
         self.clock = clock
         self.config = config
-        self.registry = Registry(self.m, self.status, lambda: self.clock())
+        self.registry = Registry(self.m, self.status, lambda: self.clock(), self.events)
         self._once = OncePerKey()
         self._throttle = LogThrottle()  # rejected messages: by kind and reason, once a minute
         self._subject_keys: dict[str, WorkloadKey] = {}
@@ -100,9 +104,11 @@ class Decider:
         return self.registry.workloads
 
     def on_leadership_change(self) -> None:
-        """A new leader reloads state: the previous one may have moved on."""
+        """A new leader reloads state: the previous one may have moved on. The
+        condition series go: only the leader's are current."""
         for w in self.workloads.values():
             w.memory, w.dirty = None, False
+        self.m.forget_conditions()
 
     # --- messages in -----------------------------------------------------------------
 
@@ -198,7 +204,9 @@ class Decider:
     async def _step(self, w: Workload, now: float) -> Step:
         if w.memory is None:
             loaded = await self.store.load(w.key) or ScalerState()
-            w.memory = Memory(seed_last_scale(loaded, w.last_scale_time))
+            # The object's status as last seen is what changes (and Events) are judged against,
+            # so a restart or a new leader neither rewrites an equal status nor repeats Events.
+            w.memory = Memory(seed_last_scale(loaded, w.last_scale_time), Written(status=w.status_seen))
         target, pods = await self._read(w, now)
         step = reconcile(w.memory, w.scaler, target, pods, w.observation, now, self.config)
         w.memory, w.dirty, w.last_evaluated = step.memory, True, now
@@ -211,12 +219,19 @@ class Decider:
             w.last_evaluation = e
             self.m.evaluations.inc()
             targets = {m.name: m.target for m in w.scaler.spec.metrics}
-            self.m.observe(w.key, targets, e.usage if e.fresh else None, e.current, e.desired)
+            spec = w.scaler.spec
+            bounds = (spec.min_replicas, spec.max_replicas)
+            self.m.observe(w.key, targets, e.usage if e.fresh else None, e.current, e.desired, bounds)
         if step.decision is not None:
             self._send_later(w, step.decision, now)
         if step.status is not None:
             self.m.status_writes.inc()
             self.status.submit(w.scaler.namespace, w.scaler.name, step.status)
+        written = step.memory.written.status
+        if written is not None:  # also when unchanged: a new leader reports what the object says
+            self.m.conditions(w.scaler.namespace, w.scaler.name, written)
+        if step.events:
+            self.events.record(w.scaler.namespace, w.scaler.name, w.scaler.uid, step.events)
         return step
 
     async def _read(self, w: Workload, now: float) -> tuple[Target, tuple[PodView, ...] | None]:
@@ -276,6 +291,12 @@ class Decider:
         self.m.workload_decisions.labels(w.key.namespace, w.key.kind, w.key.name, direction).inc()
         self.metrics.messages_out.labels(kind="decisions").inc()
         self.scales.forget(w.ref)
+        self.events.record(
+            w.scaler.namespace,
+            w.scaler.name,
+            w.scaler.uid,
+            (decision_event(decision.from_replicas, decision.to_replicas, decision.reason, decision.id),),
+        )
         self.log.info(
             "decision_published",
             workload=str(w.key),

@@ -5,18 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
 from gpuscale.aio import sleep_unless_stopped
-from gpuscale.kube import FieldsDropped, Forbidden, KubeError, NotFound, backoff_delay, request_json
+from gpuscale.kube import (
+    FieldsDropped,
+    Forbidden,
+    KubeError,
+    NotFound,
+    ScaleTargetRef,
+    backoff_delay,
+    record_event,
+    request_json,
+)
 from gpuscale.kubewatch import Reflector
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.policy import (
     API_GROUP,
     API_VERSION,
+    KIND,
     PLURAL,
     PolicyError,
     object_identity,
@@ -24,6 +37,7 @@ from gpuscale.policy import (
 )
 from gpuscale.policyfile import InvalidPolicy
 from gpuscale.subjects import WorkloadKey
+from gpuscale_decider.core.events import EventSpec
 from gpuscale_decider.registry import Registry
 
 # Status keys the decider owns: a merge patch sets the ones it leaves out to null.
@@ -54,6 +68,14 @@ def apply_object(decider: Registry, obj: Mapping[str, Any]) -> None:
         decider.add_invalid(InvalidPolicy(ns, name, e, obj), status)
         return
     decider.upsert_policy(scaler, status)
+
+
+async def _woken(wake: asyncio.Event, stop_task: asyncio.Task[Any]) -> None:
+    """Until ``wake`` is set (then clear it) or the stop task ends."""
+    waiting = asyncio.create_task(wake.wait())
+    await asyncio.wait({waiting, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    wake.clear()
 
 
 class GPUScalerWatcher:
@@ -111,10 +133,7 @@ class StatusWriter:
         stop_task = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
-                wake = asyncio.create_task(self._wake.wait())
-                await asyncio.wait({wake, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-                wake.cancel()
-                self._wake.clear()
+                await _woken(self._wake, stop_task)
                 while self._pending and not stop.is_set():
                     (namespace, name), status = next(iter(self._pending.items()))
                     del self._pending[(namespace, name)]
@@ -156,6 +175,141 @@ class StatusWriter:
         self._once.forget("write", namespace, name, "0")
         self.written += 1
         return True
+
+
+EVENT_REPORTING_CONTROLLER: Final = "gpuscale.io/decider"
+
+
+@dataclass
+class EventLimiter:
+    """client-go's event correlator, in short: an Event identical to one
+    recorded in the last ``dedupe_s`` is dropped, and each object has a token
+    bucket (``burst`` Events, one more every ``refill_s``; client-go's defaults)
+    so a flapping GPUScaler cannot flood the API server. ``now`` is given."""
+
+    burst: int = 25
+    refill_s: float = 300.0
+    dedupe_s: float = 600.0
+    max_objects: int = 10_000
+    _tokens: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    _seen: dict[tuple[Any, ...], float] = field(default_factory=dict)
+
+    def admit(self, key: tuple[str, str], event: EventSpec, now: float) -> str:
+        """ "recorded" (go ahead), "duplicate" or "rate_limited"."""
+        signature = (*key, event.type, event.reason, event.message)
+        last = self._seen.get(signature)
+        if last is not None and now - last < self.dedupe_s:
+            return "duplicate"
+        tokens, at = self._tokens.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) / self.refill_s)
+        if tokens < 1.0:
+            self._tokens[key] = (tokens, now)
+            return "rate_limited"
+        self._tokens[key] = (tokens - 1.0, now)
+        self._seen[signature] = now
+        if len(self._seen) > self.max_objects or len(self._tokens) > self.max_objects:
+            self._prune(now)
+        return "recorded"
+
+    def _prune(self, now: float) -> None:
+        self._seen = {k: t for k, t in self._seen.items() if now - t < self.dedupe_s}
+        full = self.burst * self.refill_s
+        self._tokens = {k: v for k, v in self._tokens.items() if now - v[1] < full}
+
+
+@dataclass(frozen=True, slots=True)
+class _QueuedEvent:
+    namespace: str
+    name: str
+    uid: str
+    event: EventSpec
+
+
+class EventWriter:
+    """Records Events on GPUScalers in the background (events.k8s.io/v1
+    through :func:`gpuscale.kube.record_event`): best effort, leader only,
+    rate-limited per object, a bounded queue that drops the oldest."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        count: Callable[[str], None] = lambda result: None,
+        identity: str = "",
+        is_leader: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.time,
+        limiter: EventLimiter | None = None,
+        max_queue: int = 1000,
+    ) -> None:
+        self.api = api
+        self.count = count
+        self.identity = identity
+        self.is_leader = is_leader
+        self.clock = clock
+        self.limiter = limiter or EventLimiter()
+        self._queue: deque[_QueuedEvent] = deque()
+        self._max_queue = max_queue
+        self._wake = asyncio.Event()
+        self._once = OncePerKey()
+        self.log = get_logger(component="event_writer")
+
+    def record(self, namespace: str, name: str, uid: str, events: Sequence[EventSpec]) -> None:
+        for event in events:
+            if len(self._queue) >= self._max_queue:
+                self._queue.popleft()
+                self.count("dropped")
+            self._queue.append(_QueuedEvent(namespace, name, uid, event))
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        stop_task = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                await _woken(self._wake, stop_task)
+                while self._queue and not stop.is_set():
+                    await self._write(self._queue.popleft())
+        finally:
+            stop_task.cancel()
+
+    async def _write(self, queued: _QueuedEvent) -> None:
+        if not self.is_leader():
+            self.count("dropped")
+            return
+        verdict = self.limiter.admit((queued.namespace, queued.name), queued.event, self.clock())
+        if verdict != "recorded":
+            self.count(verdict)
+            return
+        event = queued.event
+        ref = ScaleTargetRef(f"{API_GROUP}/{API_VERSION}", KIND, queued.name, queued.namespace)
+        try:
+            await record_event(
+                self.api,
+                ref,
+                event.reason,
+                event.message,
+                event.type,
+                uid=queued.uid,
+                reporting_instance=self.identity,
+                reporting_controller=EVENT_REPORTING_CONTROLLER,
+                action=event.action,
+            )
+        except Forbidden as e:
+            self.count("failed")
+            if self._once.first("forbidden", e.missing_permission):
+                self.log.error("event_write_forbidden", missing_permission=e.missing_permission, error=str(e))
+            return
+        except KubeError as e:
+            self.count("failed")
+            if self._once.first("failed", queued.namespace, queued.name):
+                self.log.warning(
+                    "event_write_failed", gpuscaler=f"{queued.namespace}/{queued.name}", error=str(e)
+                )
+            return
+        self._once.forget("failed", queued.namespace, queued.name)
+        self.count("recorded")
+
+    def idle(self) -> bool:
+        return not self._queue
 
 
 def _other_controllers(

@@ -16,11 +16,16 @@ class _WorkloadSeries:
     """One workload's labelled gauges, looked up once (``labels()`` is the
     costly part of setting a gauge, and this runs on every evaluation)."""
 
-    def __init__(self, m: DeciderMetrics, key: WorkloadKey, targets: Mapping[str, float]) -> None:
+    def __init__(
+        self, m: DeciderMetrics, key: WorkloadKey, targets: Mapping[str, float], bounds: tuple[int, int]
+    ) -> None:
         labels = (key.namespace, key.kind, key.name)
         self.targets = dict(targets)
+        self.bounds = bounds
         self.current = m.replicas_current.labels(*labels)
         self.desired = m.replicas_desired.labels(*labels)
+        m.replicas_min.labels(*labels).set(bounds[0])
+        m.replicas_max.labels(*labels).set(bounds[1])
         # Created when a value arrives and removed when it goes: no series rather than a stale one.
         self.values: dict[str, Any] = {}
         for metric, target in targets.items():
@@ -67,6 +72,22 @@ class DeciderMetrics:
         self.replicas_desired = Gauge(
             "gpuscale_workload_replicas_desired", "Replicas the policy wants", workload, registry=r
         )
+        self.replicas_min = Gauge(
+            "gpuscale_workload_replicas_min", "The policy's minReplicas", workload, registry=r
+        )
+        self.replicas_max = Gauge(
+            "gpuscale_workload_replicas_max", "The policy's maxReplicas", workload, registry=r
+        )
+        # Each GPUScaler condition as kube-state-metrics shows an HPA's
+        # (kube_horizontalpodautoscaler_status_condition): 1 for its current
+        # status and reason, no series for the others. deploy/monitoring's alerts read it.
+        self.condition = Gauge(
+            "gpuscale_gpuscaler_status_condition",
+            "A GPUScaler condition: 1 for its current status and reason",
+            ["namespace", "gpuscaler", "condition", "status", "reason"],
+            registry=r,
+        )
+        self._conditions: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
 
         self.publish_failures = Counter(
             "gpuscale_decider_publish_failures_total", "Decisions that could not be published", registry=r
@@ -92,6 +113,12 @@ class DeciderMetrics:
         self.status_writes = Counter(
             "gpuscale_decider_status_writes_total", "GPUScaler status writes requested", registry=r
         )
+        self.events = Counter(
+            "gpuscale_decider_events_total",
+            "Events on GPUScalers, by result (recorded, duplicate, rate_limited, dropped, failed)",
+            ["result"],
+            registry=r,
+        )
         self.actions = Counter(
             "gpuscale_decider_actions_total",
             "Action reports received on this decider's pending decisions, by outcome",
@@ -106,10 +133,11 @@ class DeciderMetrics:
         averages: Mapping[str, float] | None,
         current: int,
         desired: int,
+        bounds: tuple[int, int] = (1, 1),
     ) -> None:
         series = self._series.get(key)
-        if series is None or series.targets != targets:
-            series = self._series[key] = _WorkloadSeries(self, key, targets)
+        if series is None or series.targets != targets or series.bounds != bounds:
+            series = self._series[key] = _WorkloadSeries(self, key, targets, bounds)
         series.current.set(current)
         series.desired.set(desired)
         for metric in targets:
@@ -126,10 +154,35 @@ class DeciderMetrics:
                 with contextlib.suppress(KeyError):
                     self.metric_value.remove(key.namespace, key.kind, key.name, metric)
 
+    def conditions(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """The conditions of a status being written."""
+        known = self._conditions.setdefault((namespace, name), {})
+        for c in status.get("conditions") or ():
+            if not isinstance(c, Mapping) or not isinstance(c.get("type"), str):
+                continue
+            now = (str(c.get("status", "Unknown")).lower(), str(c.get("reason") or ""))
+            before = known.get(c["type"])
+            if before == now:
+                continue
+            if before is not None:
+                with contextlib.suppress(KeyError):
+                    self.condition.remove(namespace, name, c["type"], *before)
+            self.condition.labels(namespace, name, c["type"], *now).set(1)
+            known[c["type"]] = now
+
+    def forget_conditions(self, namespace: str | None = None, name: str | None = None) -> None:
+        """A GPUScaler deleted, or (no arguments) every one: a decider that is no
+        longer the leader must not keep reporting what it last saw."""
+        keys = list(self._conditions) if namespace is None else [(namespace, name or "")]
+        for key in keys:
+            for type_, (status, reason) in self._conditions.pop(key, {}).items():
+                with contextlib.suppress(KeyError):
+                    self.condition.remove(*key, type_, status, reason)
+
     def forget(self, key: WorkloadKey, metrics: Iterable[str]) -> None:
         self._series.pop(key, None)
         values = (key.namespace, key.kind, key.name)
-        for gauge in (self.replicas_current, self.replicas_desired):
+        for gauge in (self.replicas_current, self.replicas_desired, self.replicas_min, self.replicas_max):
             with contextlib.suppress(KeyError):
                 gauge.remove(*values)
         for metric in metrics:

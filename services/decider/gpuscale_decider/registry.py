@@ -8,7 +8,7 @@ statuses this writes go to the status sink; the Decider owns the rest.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,6 +18,7 @@ from gpuscale.policy import GPUScaler, PolicyError
 from gpuscale.policyfile import InvalidPolicy
 from gpuscale.subjects import WorkloadKey
 from gpuscale_decider.core.conditions import Reason
+from gpuscale_decider.core.events import EventSpec, condition_events
 from gpuscale_decider.core.reconcile import Evaluation, Memory, Observation
 from gpuscale_decider.core.status import blocked_status, invalid_status, parse_rfc3339, status_differs
 from gpuscale_decider.metrics import DeciderMetrics
@@ -33,6 +34,19 @@ class NoStatus:
     """File mode: there is no GPUScaler object to write to."""
 
     def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        return None
+
+
+class EventSink(Protocol):
+    def record(self, namespace: str, name: str, uid: str, events: Sequence[EventSpec]) -> None:
+        """Queue Events about one GPUScaler; never blocks the caller."""
+        ...
+
+
+class NoEvents:
+    """File mode: there is no GPUScaler object for Events to name."""
+
+    def record(self, namespace: str, name: str, uid: str, events: Sequence[EventSpec]) -> None:
         return None
 
 
@@ -70,9 +84,12 @@ def scale_ref(scaler: GPUScaler) -> ScaleTargetRef:
 
 
 class Registry:
-    def __init__(self, m: DeciderMetrics, status: StatusSink, clock: Any) -> None:
+    def __init__(
+        self, m: DeciderMetrics, status: StatusSink, clock: Any, events: EventSink | None = None
+    ) -> None:
         self.m = m
         self.status = status
+        self.events = events or NoEvents()
         self.clock = clock
         self.workloads: dict[WorkloadKey, Workload] = {}
         self.by_name: dict[tuple[str, str], WorkloadKey] = {}
@@ -118,6 +135,7 @@ class Registry:
             )
             self._report(
                 name,
+                scaler.uid,
                 blocked_status(
                     scaler.spec,
                     scaler.generation,
@@ -134,6 +152,8 @@ class Registry:
         self.duplicates.pop(name, None)
         if owner is not None:
             owner.scaler, owner.ref = scaler, scale_ref(scaler)
+            if status is not None:  # our own writes come back through the watch
+                owner.status_seen = status
         else:
             self.workloads[key] = Workload(
                 scaler, key, scale_ref(scaler), status_seen=status, conflict=self.conflicts.get(key)
@@ -159,11 +179,15 @@ class Registry:
         self.invalid[name] = bad
         meta = bad.raw.get("metadata") if isinstance(bad.raw, Mapping) else None
         generation = meta.get("generation") if isinstance(meta, Mapping) else 0
+        uid = meta.get("uid") if isinstance(meta, Mapping) else ""
+        spec = bad.raw.get("spec") if isinstance(bad.raw, Mapping) else None
+        paused = isinstance(spec, Mapping) and spec.get("paused") is True
         previous = self.reported.get(name) or status
         self._report(
             name,
+            uid if isinstance(uid, str) else "",
             invalid_status(
-                generation if isinstance(generation, int) else 0, bad.error, previous, self.clock()
+                generation if isinstance(generation, int) else 0, bad.error, previous, self.clock(), paused
             ),
             previous,
         )
@@ -171,6 +195,7 @@ class Registry:
 
     def remove_policy(self, namespace: str, name: str) -> None:
         key_name = (namespace, name)
+        self.m.forget_conditions(namespace, name)
         self.invalid.pop(key_name, None)
         self.reported.pop(key_name, None)
         self.duplicates.pop(key_name, None)
@@ -205,18 +230,24 @@ class Registry:
     def resubmit(self) -> None:
         """A new leader writes what it knows (the old one may have died mid-write)."""
         for (namespace, name), status in self.reported.items():
+            self.m.conditions(namespace, name, status)
             self.status.submit(namespace, name, status)
 
     def errors(self) -> list[tuple[str, PolicyError]]:
         return [(f"{ns}/{name}", bad.error) for (ns, name), bad in self.invalid.items()]
 
     def _report(
-        self, name: tuple[str, str], status: dict[str, Any], previous: Mapping[str, Any] | None
+        self, name: tuple[str, str], uid: str, status: dict[str, Any], previous: Mapping[str, Any] | None
     ) -> None:
         if status_differs(previous, status) and status_differs(self.reported.get(name), status):
+            before = self.reported.get(name) or previous
             self.reported[name] = status
             self.m.status_writes.inc()
+            self.m.conditions(name[0], name[1], status)
             self.status.submit(name[0], name[1], status)
+            events = condition_events(before, status)
+            if events:
+                self.events.record(name[0], name[1], uid, events)
 
     def _count(self) -> None:
         self.m.policies.labels(state="valid").set(len(self.workloads))

@@ -35,6 +35,7 @@ from gpuscale_decider.core.conditions import (
     active,
     limited,
 )
+from gpuscale_decider.core.events import EventSpec, condition_events
 from gpuscale_decider.core.replicas import (
     MetricProposal,
     PodView,
@@ -186,6 +187,9 @@ class Step:
     status: dict[str, Any] | None = None
     notes: tuple[tuple[Note, Pending], ...] = ()
     advice: PlannedDecision | None = None  # spec.mode Shadow: what gpuscale would decide
+    # Events on the GPUScaler for the conditions that changed with this status
+    # (the decision's own Event is recorded once it is published).
+    events: tuple[EventSpec, ...] = ()
 
 
 # --- the step ----------------------------------------------------------------------
@@ -267,6 +271,7 @@ def reconcile(
         final.desired,
         tuple((c.type, c.status, c.reason) for c in final.conditions),
         final.fresh,
+        final.fallback,
         last_scale_time,
         scaler.generation,
     )
@@ -675,4 +680,9 @@ def _with_status(
     status = build()
     if not status_differs(written.status, status):
         return replace(step, memory=Memory(step.memory.state, Written(written.status, signature, now)))
-    return replace(step, memory=Memory(step.memory.state, Written(status, signature, now)), status=status)
+    return replace(
+        step,
+        memory=Memory(step.memory.state, Written(status, signature, now)),
+        status=status,
+        events=condition_events(written.status, status),
+    )

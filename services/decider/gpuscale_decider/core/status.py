@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuscale.policy import GPUScalerSpec, PolicyError
 from gpuscale.timefmt import format_time, parse_time
-from gpuscale_decider.core.conditions import Condition, Reason, able, active, limited
+from gpuscale_decider.core.conditions import Condition, Reason, able, active, limited, summary
 
 if TYPE_CHECKING:  # the evaluation's module builds statuses with this one
     from gpuscale_decider.core.reconcile import Evaluation
@@ -86,15 +86,28 @@ def evaluation_status(
         "desiredReplicas": evaluation.desired,
         "currentMetrics": current_metrics,
         "reason": evaluation.reason,
-        "conditions": _merge_conditions(evaluation.conditions, previous, now),
+        "conditions": _merge_conditions(
+            _with_summary(tuple(evaluation.conditions), spec.paused, evaluation.fallback), previous, now
+        ),
     }
     if last_scale_time is not None:
         status["lastScaleTime"] = rfc3339(last_scale_time)
     return status
 
 
+def _with_summary(conditions: tuple[Condition, ...], paused: bool, fallback: bool) -> tuple[Condition, ...]:
+    """HPA's three behind KEDA's Ready, then Paused and Fallback: the order
+    ``kubectl describe`` lists them in."""
+    ready, pause, fall = summary(conditions[0], paused, fallback)
+    return (ready, *conditions, pause, fall)
+
+
 def invalid_status(
-    generation: int, error: PolicyError, previous: Mapping[str, Any] | None, now: float
+    generation: int,
+    error: PolicyError,
+    previous: Mapping[str, Any] | None,
+    now: float,
+    paused: bool = False,
 ) -> dict[str, Any]:
     """An invalid policy is reported, never acted on."""
     message = f"invalid GPUScaler: {error.summary()}"
@@ -106,7 +119,7 @@ def invalid_status(
     return {
         "observedGeneration": generation,
         "reason": message,
-        "conditions": _merge_conditions(conditions, previous, now),
+        "conditions": _merge_conditions(_with_summary(conditions, paused, False), previous, now),
     }
 
 
@@ -134,7 +147,7 @@ def blocked_status(
         "reference": spec.scale_target_ref.reference(),
         "targets": targets_column(spec, averages),
         "reason": message,
-        "conditions": _merge_conditions(conditions, previous, now),
+        "conditions": _merge_conditions(_with_summary(conditions, spec.paused, False), previous, now),
     }
     if current_replicas is not None:
         status["currentReplicas"] = current_replicas
