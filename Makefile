@@ -44,18 +44,22 @@ images-push:
 
 # The simulation as containers (docker-compose.yml) with docker compose or
 # podman-compose. NATS passwords are made once, random, in .compose.env.
+COMPOSE_ROLES := COLLECTOR AGGREGATOR DECIDER ACTUATOR OBSERVER SETUP
 COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1 && docker info >/dev/null 2>&1; then echo "docker compose"; \
 	elif command -v podman-compose >/dev/null; then echo podman-compose; \
 	elif command -v docker-compose >/dev/null; then echo docker-compose; fi)
 
 .compose.env:
-	@umask 077; for r in COLLECTOR AGGREGATOR DECIDER ACTUATOR OBSERVER; do \
+	@umask 077; for r in $(COMPOSE_ROLES); do \
 	  echo "NATS_$${r}_PASSWORD=$$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"; done > $@
 	@echo "GPUSCALE_VERSION=$$(sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)" >> $@
 	@echo "wrote $@ (NATS passwords for the compose simulation)"
 
 compose-up: .compose.env images
 	@test -n "$(COMPOSE)" || { echo "no docker compose or podman-compose on this machine"; exit 2; }
+	@# A .compose.env from an older version lacks the newer roles' passwords: add them.
+	@umask 077; for r in $(COMPOSE_ROLES); do grep -q "^NATS_$${r}_PASSWORD=" .compose.env || \
+	  echo "NATS_$${r}_PASSWORD=$$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')" >> .compose.env; done
 	set -a && . ./.compose.env && set +a && $(COMPOSE) up -d
 
 compose-down: .compose.env

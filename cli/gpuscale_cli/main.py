@@ -81,6 +81,12 @@ COMMANDS: tuple[Command, ...] = (
         "gpuscale_cli.convert.app:main",
     ),
     Command(
+        "setup",
+        "create or update gpuscale's JetStream streams and KV buckets (the one identity that may)",
+        "gpuscale_cli.setup:SetupSettings",
+        "gpuscale_cli.setup:main",
+    ),
+    Command(
         "status",
         "one line per scaled workload, like `kubectl get hpa`",
         "gpuscale_cli.status:StatusSettings",

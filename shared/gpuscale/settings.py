@@ -160,6 +160,27 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_BYTE_UNITS |= {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+
+
+def byte_size(text: str) -> int:
+    """``2GiB``, ``512MiB``, ``1GB``, ``1048576``: a size in bytes, > 0."""
+    cleaned = text.strip().lower().replace(" ", "")
+    number = cleaned.rstrip("kmgtib")
+    unit = cleaned[len(number) :]
+    if unit not in _BYTE_UNITS:
+        raise ValueError("expected a size such as 2GiB, 512MiB or 1000000")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError("expected a size such as 2GiB, 512MiB or 1000000") from None
+    size = int(value * _BYTE_UNITS[unit])
+    if not 0 < size < 2**63:
+        raise ValueError("must be greater than zero")
+    return size
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)

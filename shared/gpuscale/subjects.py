@@ -172,14 +172,20 @@ def aggregator_partition_mapping(partitions: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """A stream as gpuscale declares it (gpuscale.natsio.declare_stream creates
-    or updates it). Every service that touches a stream uses the same spec."""
+    """A stream as gpuscale declares it. ``gpuscale setup`` creates or updates
+    it (the only identity that may); a service uses it, and creates it only
+    where it is missing and its user may (a development server).
+
+    ``max_bytes`` and ``replicas`` size a deployment: ``gpuscale setup``
+    chooses them, services never argue about them."""
 
     name: str
     subjects: tuple[str, ...]
     max_age_s: float | None
     storage: str = "file"
     duplicate_window_s: float = DUPLICATE_WINDOW_S
+    max_bytes: int = -1  # -1: no limit of its own
+    replicas: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +194,31 @@ class KvSpec:
     history: int = 1
     ttl_s: float | None = None
     storage: str = "file"
+    max_bytes: int = -1
+    replicas: int = 1
 
+    @property
+    def stream(self) -> str:
+        """The stream behind the bucket (JetStream's naming)."""
+        return f"KV_{self.bucket}"
+
+
+# Storage budgets (bytes). Each stream has its own, so that a flood of samples
+# discards old samples instead of starving the decisions of storage (the
+# default JetStream file store of deploy/ is 8 GB): 12,500 nodes x 2.5 KB x
+# 1/s x 60 s is 1.9 GB of samples.
+SAMPLES_MAX_BYTES: Final = 2 * 1024**3
+DECISIONS_MAX_BYTES: Final = 256 * 1024**2
+KV_MAX_BYTES: Final = 64 * 1024**2
 
 # The decider creates it, the actuator creates it only where it is missing:
 # both from this one declaration.
-DECISIONS: Final = StreamSpec(DECISIONS_STREAM, (DECISIONS_ALL,), max_age_s=DECISIONS_MAX_AGE_S)
-ACTUATOR_APPLIED: Final = KvSpec(ACTUATOR_APPLIED_BUCKET, ttl_s=ACTUATOR_APPLIED_TTL_S)
+DECISIONS: Final = StreamSpec(
+    DECISIONS_STREAM, (DECISIONS_ALL,), max_age_s=DECISIONS_MAX_AGE_S, max_bytes=DECISIONS_MAX_BYTES
+)
+ACTUATOR_APPLIED: Final = KvSpec(
+    ACTUATOR_APPLIED_BUCKET, ttl_s=ACTUATOR_APPLIED_TTL_S, max_bytes=KV_MAX_BYTES
+)
 
 
 def _window_stream(name: str, subject: str, window_s: float, storage: str) -> StreamSpec:
@@ -203,6 +228,7 @@ def _window_stream(name: str, subject: str, window_s: float, storage: str) -> St
         max_age_s=window_s,
         storage=storage,
         duplicate_window_s=min(window_s, DUPLICATE_WINDOW_S),
+        max_bytes=SAMPLES_MAX_BYTES,
     )
 
 
@@ -218,4 +244,4 @@ def aggregator_parts_stream(window_s: float, storage: str = "file") -> StreamSpe
 
 def decider_state(bucket: str = DECIDER_STATE_BUCKET) -> KvSpec:
     """The decider's state (stabilization history), one entry per workload."""
-    return KvSpec(bucket, history=1)
+    return KvSpec(bucket, history=1, max_bytes=KV_MAX_BYTES)

@@ -21,6 +21,7 @@ import jsonschema
 import pytest
 import yaml
 
+from gpuscale import settings as settings_mod
 from gpuscale.settings import OptionSpec
 from gpuscale_cli.main import COMMANDS
 
@@ -43,6 +44,13 @@ NODE_AUTH_CONF = NODE_AUTH / "nats" / "node-auth.conf"
 NODE_AUTH_OVERLAY = REPO / "tests" / "fixtures" / "node-auth-overlay"
 
 K8S_VERSION = "1.30"
+
+
+def nats_roles() -> list[str]:
+    """The NATS users auth.conf defines, each with a password from the Secret."""
+    return re.findall(r"\{ user: ([a-z-]+),\s+password: \$NATS_[A-Z]+_PASSWORD", NATS_AUTH_CONF.read_text())
+
+
 IMAGE_PREFIX = "ghcr.io/gpuscale/gpuscale-"
 SERVICE_PORTS = {"collector": 9400, "aggregator": 9401, "decider": 9402, "actuator": 9403}
 
@@ -107,6 +115,13 @@ def containers(workload: Obj) -> Iterator[tuple[Obj, Obj]]:
         yield pod, c
 
 
+def main_containers(workload: Obj) -> Iterator[tuple[Obj, Obj]]:
+    """(pod spec, container) for the containers that run for the pod's life (no init containers)."""
+    pod = workload["spec"]["template"]["spec"]
+    for c in pod["containers"]:
+        yield pod, c
+
+
 def account_rules(objects: list[Obj]) -> dict[str, list[Obj]]:
     """ServiceAccount -> the rules its bindings give it (a Role's only in its namespace), in
     the form kube-sim's token table takes them."""
@@ -121,6 +136,15 @@ def account_rules(objects: list[Obj]) -> dict[str, list[Obj]]:
                     scoped["namespaces"] = [binding["metadata"]["namespace"]]
                 granted.append(scoped)
     return rules
+
+
+def gpuscale_command(container: Obj) -> str | None:
+    """The gpuscale sub-command a container runs: its ``command`` where it names
+    one (``gpuscale setup``), else its image's entry point; None for other images."""
+    command = container.get("command") or []
+    if len(command) >= 2 and command[0] == "gpuscale":
+        return str(command[1])
+    return gpuscale_command_of_image(container["image"])
 
 
 def gpuscale_command_of_image(image: str) -> str | None:
@@ -239,3 +263,16 @@ def gpuscaler_validator() -> jsonschema.Draft4Validator:
     schema = _strict_json_schema(version["schema"]["openAPIV3Schema"])
     jsonschema.Draft4Validator.check_schema(schema)
     return jsonschema.Draft4Validator(schema)
+
+
+# --- gpuscale setup, as the decider's init container runs it ---------------------
+
+
+async def run_gpuscale_setup(url: str, *, window_s: float) -> None:
+    """``gpuscale setup`` as the NATS user in ``url`` (deploy/: "setup"), in-process."""
+    from gpuscale_cli import setup
+
+    settings = settings_mod.build(
+        setup.SetupSettings, {}, {"GPUSCALE_NATS_URL": url, "GPUSCALE_WINDOW": str(window_s)}
+    )
+    assert await setup.run(settings) == 0, "gpuscale setup failed (its output is above)"

@@ -26,9 +26,17 @@ from gpuscale_natsauth.settings import NatsAuthSettings
 
 from ..k8s_objects import node_pod, service_account
 from ..waiting import eventually, sample_value
-from .deploy_support import NATS_AUTH_CONF, NODE_AUTH_CONF, NODE_AUTH_OVERLAY, Obj, account_rules, render
+from .deploy_support import (
+    NATS_AUTH_CONF,
+    NODE_AUTH_CONF,
+    NODE_AUTH_OVERLAY,
+    Obj,
+    account_rules,
+    nats_roles,
+    render,
+)
 
-ROLES = ("collector", "aggregator", "decider", "actuator", "observer")
+ROLES = tuple(nats_roles())
 PASSWORDS = {role: f"{role}-pw-0123abcd" for role in ROLES}
 SERVICE_PASSWORD = "nats-auth-pw-4567ef"  # noqa: S105 - a test's stand-in, not a credential
 ADMIN_TOKEN = "admin-token-for-the-test"  # noqa: S105 - kube-sim's, not a credential

@@ -42,7 +42,7 @@ DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
 NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4")
 
 
-ROLES = ("collector", "aggregator", "decider", "actuator", "observer")
+ROLES = ("collector", "aggregator", "decider", "actuator", "observer", "setup")
 # What `make compose-up` puts in .compose.env.
 COMPOSE_ENV = {f"NATS_{role.upper()}_PASSWORD": f"{role}0123456789abcdef" for role in ROLES}
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
@@ -157,6 +157,21 @@ def test_compose_runs_the_whole_simulation() -> None:
     conf = (REPO / "deploy" / "compose" / "nats.conf").read_text()
     assert re.search(r"^jetstream \{", conf, re.M)
     assert re.search(r"^include auth\.conf$", conf, re.M)
+
+
+def test_compose_sets_up_the_streams_as_the_setup_user_only() -> None:
+    """The streams and buckets are made by `gpuscale setup` as NATS user "setup"
+    (the one that may); its samples stream keeps the aggregator's window."""
+    services = _services()
+    setup = services["setup"]
+    assert _as_list(setup["entrypoint"]) == ["gpuscale", "setup"]
+    env = _environment(setup)
+    assert env["GPUSCALE_NATS_URL"].startswith("nats://setup:")
+    assert set(env) <= command_options("setup").envs
+    built = settings_mod.build(command_options("setup").settings_class, {}, env)
+    assert built.window_s == float(_environment(services["aggregator"])["GPUSCALE_WINDOW"])
+    for name, service, _ in _gpuscale_services():
+        assert not _environment(service).get("GPUSCALE_NATS_URL", "").startswith("nats://setup:"), name
 
 
 def test_compose_publishes_every_port_on_the_loopback_only() -> None:

@@ -23,7 +23,7 @@ from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import FIXTURE_CRDS
 from ..waiting import eventually_sync
-from .deploy_support import REPO
+from .deploy_support import REPO, nats_roles
 
 KUBECTL = shutil.which("kubectl")
 DOC = REPO / "docs" / "DEPLOYING.md"
@@ -84,9 +84,8 @@ async def test_install_then_rotate_the_passwords_as_documented(kube_sim: KubeSim
     # Steps 1 and 2 as written, then the first choice of step 3.
     await bash(steps[0] + "\n" + steps[1], kube_sim, tmp_path)
     first = secret_passwords(kube_sim)
-    assert set(first) == {
-        f"{r}-password" for r in ("collector", "aggregator", "decider", "actuator", "observer")
-    }
+    assert set(first) == {f"{r}-password" for r in nats_roles()}
+    assert "setup" in nats_roles()
     assert all(re.fullmatch(r"[0-9a-f]{48}", p) for p in first.values()), "URL-safe hex"
     await bash("kubectl apply -k deploy/", kube_sim, tmp_path)
 

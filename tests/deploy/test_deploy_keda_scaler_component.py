@@ -37,6 +37,7 @@ from .deploy_support import (
     env_references,
     find,
     load_yaml_documents,
+    nats_roles,
     of_kind,
     render,
 )
@@ -158,7 +159,7 @@ def test_the_image_is_built_by_its_dockerfile(objects: list[Obj]) -> None:
 
 # --- the observer role on the shipped auth.conf -------------------------------------------------
 
-ROLES = ("collector", "aggregator", "decider", "actuator", "observer")
+ROLES = tuple(nats_roles())
 
 
 @pytest.fixture

@@ -3,13 +3,17 @@ by a real nats-server running the very auth.conf that the ConfigMap ships.
 
 Collectors publish only ``gpuscale.v1.samples.<node>``, only the aggregator
 metrics, only the decider decisions, only the actuator actions; the
-JetStream work each role does (streams, durable consumer, KV, replay) still
-goes through.
+JetStream work each role does (its consumer, KV, replay) still goes through
+once ``gpuscale setup``, as the one user that may, has made the streams and
+buckets. No role can create or re-shape a stream (a republish into the
+decisions would forge them: issue 12's finding 2).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -20,20 +24,29 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RePublish, StreamConfig
 
 from gpuscale import settings as settings_mod
 from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats, find_binary
-from gpuscale.natsio import declare_kv, declare_stream, headers_msg_id
+from gpuscale.natsio import (
+    NotSetUp,
+    apply_kv,
+    apply_stream,
+    declare_kv,
+    declare_stream,
+    headers_msg_id,
+    stream_config,
+)
 from gpuscale_actuator import app as actuator_app
+from gpuscale_cli import setup as setup_app
 
 from ..waiting import eventually
-from .deploy_support import NATS_AUTH_CONF, NATS_MAIN_CONF, command_options
+from .deploy_support import NATS_AUTH_CONF, NATS_MAIN_CONF, command_options, nats_roles
 
 pytestmark = pytest.mark.integration
 
-ROLES = ("collector", "aggregator", "decider", "actuator", "observer")
+ROLES = tuple(nats_roles())
 PASSWORDS = {role: f"{role}-pw-0123abcd" for role in ROLES}
 KEY = subjects.WorkloadKey("default", "Deployment", "bert-intent-detection")
 FAMILY_SUBJECTS = {
@@ -163,6 +176,15 @@ async def test_a_collector_cannot_publish_below_a_node_token(login: Login) -> No
     assert "samples.gpu-node-1.extra" in error
 
 
+async def test_the_observer_and_setup_publish_on_no_gpuscale_subject(login: Login) -> None:
+    for role in ("observer", "setup"):
+        session: Session = await login(role)
+        for subject in FAMILY_SUBJECTS.values():
+            await session.nc.publish(subject, b"probe")
+        await session.nc.flush()
+        assert len(await session.permission_errors(len(FAMILY_SUBJECTS))) == len(FAMILY_SUBJECTS)
+
+
 async def test_the_observer_reads_everything_and_publishes_nothing(login: Login) -> None:
     observer: Session = await login("observer")
     for subject in FAMILY_SUBJECTS.values():
@@ -179,7 +201,58 @@ async def test_roles_cannot_subscribe_to_what_they_do_not_consume(login: Login) 
     assert "subscription" in error
 
 
+async def setup_as_deployed(login: Login, *, window_s: float = 60.0) -> None:
+    """What the decider's init container does: ``gpuscale setup`` as user "setup"."""
+    setup: Session = await login("setup")
+    js = setup.nc.jetstream(timeout=5)
+    built = settings_mod.build(command_options("setup").settings_class, {}, {})
+    for spec in setup_app.declarations(dataclasses.replace(built, window_s=window_s)):
+        if isinstance(spec, subjects.StreamSpec):
+            assert await apply_stream(js, spec) in ("created", "unchanged")
+        else:
+            assert await apply_kv(js, spec) in ("created", "unchanged")
+    assert [e for e in setup.errors if "permissions violation" in e] == []
+
+
+async def test_no_role_but_setup_creates_or_reshapes_a_stream(login: Login) -> None:
+    """The aggregator's finding: a stream that republishes into the decisions.
+    Every service role is refused creating it and re-shaping the real ones."""
+    await setup_as_deployed(login)
+    forged = StreamConfig(
+        name="FORGE",
+        subjects=["gpuscale.v1.metrics.forge"],
+        republish=RePublish(src=">", dest="gpuscale.v1.decisions.default.Deployment.victim"),
+    )
+    for role in ("collector", "aggregator", "decider", "actuator", "observer"):
+        session: Session = await login(role)
+        js = session.nc.jetstream(timeout=1)
+        with pytest.raises(nats.errors.TimeoutError):  # denied: the server never answers
+            await js.add_stream(forged)
+        samples = stream_config(subjects.samples_stream(60.0))  # the real one, re-shaped
+        samples.republish = forged.republish
+        with pytest.raises(nats.errors.TimeoutError):
+            await js.update_stream(samples)
+        with pytest.raises(nats.errors.TimeoutError):
+            await js.delete_stream(subjects.DECISIONS_STREAM)
+        assert len(await session.permission_errors(3)) >= 3, role
+    admin = (await login("setup")).nc.jetstream(timeout=5)
+    assert (await admin.stream_info(subjects.SAMPLES_STREAM)).config.republish is None
+    names = {info.config.name for info in await admin.streams_info()}
+    assert "FORGE" not in names
+
+
+async def test_services_refuse_to_start_on_streams_nobody_set_up(login: Login) -> None:
+    """Without the setup step a role's declare fails with what to do, not a hang."""
+    admin = (await login("setup")).nc.jetstream(timeout=5)
+    with contextlib.suppress(nats.js.errors.NotFoundError):
+        await admin.delete_stream(subjects.DECISIONS_STREAM)
+    decider: Session = await login("decider")
+    with pytest.raises(NotSetUp, match="run gpuscale setup"):
+        await declare_stream(decider.nc.jetstream(timeout=1), subjects.DECISIONS)
+
+
 async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
+    await setup_as_deployed(login)
     decider: Session = await login("decider")
     actuator: Session = await login("actuator")
     aggregator: Session = await login("aggregator")
@@ -197,7 +270,7 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
     await state.put("default.Deployment.bert-intent-detection", b"history")
     assert (await state.get("default.Deployment.bert-intent-detection")).value == b"history"
 
-    # actuator: may (re)declare the stream, consumes durably, acks, records, reports
+    # actuator: uses the stream, consumes durably, acks, records, reports
     actuator_js = actuator.nc.jetstream(timeout=5)
     await declare_stream(actuator_js, subjects.DECISIONS)
     pull = await actuator_js.pull_subscribe(

@@ -45,6 +45,7 @@ from .deploy_support import (
     gpuscale_command_of_image,
     kubectl_path,
     load_yaml_documents,
+    nats_roles,
     of_kind,
     render,
     workloads,
@@ -328,10 +329,7 @@ def test_every_secret_the_component_reads_has_its_key_in_the_example_secrets(ove
 def test_the_shipped_node_auth_config_parses(tmp_path: Path) -> None:
     for source in (NATS_MAIN_CONF, NATS_AUTH_CONF, NODE_AUTH_CONF, NATS_ENTRY_CONF):
         shutil.copy(source, tmp_path / source.name)
-    env = {
-        f"NATS_{role.upper()}_PASSWORD": "pw0123"
-        for role in ("collector", "aggregator", "decider", "actuator", "observer")
-    }
+    env = {f"NATS_{role.upper()}_PASSWORD": "pw0123" for role in nats_roles()}
     env |= {"SERVER_NAME": "nats-0", "PATH": "/usr/bin:/bin", "NATS_AUTH_SERVICE_PASSWORD": "pw4567"}
     # A real account public key: the server checks issuer's form.
     env["NATS_AUTH_ISSUER"] = "ACOXMLWZAFHWWQ24UF3OZOWCIISNIS66TG66YEZYLNAFHMQSD6QISZPP"

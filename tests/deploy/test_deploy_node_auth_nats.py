@@ -20,8 +20,10 @@ import pytest
 from nats.aio.msg import Msg
 
 from gpuscale import subjects
+from gpuscale.natsio import declare_stream, headers_msg_id
 
 from ..waiting import eventually
+from .deploy_support import run_gpuscale_setup
 from .node_auth_support import (
     NODES,
     NodeAuthWorld,
@@ -205,9 +207,14 @@ async def test_the_other_roles_log_in_with_their_passwords_without_the_callout(
     await session.nc.flush()
     await eventually(lambda: (own, b"own") in seen, what=f"{role}'s own message")
     await eventually(session.violations, what=f"{role} may not publish samples")
-    if role == "decider":  # its JetStream work goes through too
+    if (
+        role == "decider"
+    ):  # the setup user logs in without the callout too; then the decider's JetStream work goes through
+        await run_gpuscale_setup(world.role_url("setup"), window_s=30.0)
         js = session.nc.jetstream(timeout=5)
-        await js.add_stream(name=subjects.DECISIONS_STREAM, subjects=[subjects.DECISIONS_ALL])
+        await declare_stream(js, subjects.DECISIONS)
+        ack = await js.publish(own, b"decision", headers=headers_msg_id("decision-1"))
+        assert ack.stream == subjects.DECISIONS_STREAM
     await observer.nc.close()
 
 

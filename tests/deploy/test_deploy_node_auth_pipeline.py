@@ -23,6 +23,7 @@ from gpuscale_cli.demo.processes import ProcessGroup
 
 from ..k8s_objects import gpu_workload, gpuscaler
 from ..waiting import eventually_while_running
+from .deploy_support import run_gpuscale_setup
 from .node_auth_support import ADMIN_TOKEN, NODES, SERVICE_PASSWORD, NodeAuthWorld, node_auth_world
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,6 +48,8 @@ async def pipeline(tmp_path: Path) -> AsyncIterator[tuple[NodeAuthWorld, Process
         admin = world.sim.write_kubeconfig(tmp_path / "admin-services.kubeconfig", ADMIN_TOKEN)
         group = ProcessGroup(tmp_path, env={"POD_NAMESPACE": "gpuscale"})
         try:
+            # The decider's init container: the streams and buckets, as the one user that may.
+            await run_gpuscale_setup(world.role_url("setup"), window_s=WINDOW_S)
             auth = group.start(
                 "nats-auth", "nats-auth",
                 "--nats-url", f"nats://nats-auth:{SERVICE_PASSWORD}@127.0.0.1:{world.nats.port}",

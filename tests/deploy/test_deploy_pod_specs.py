@@ -24,8 +24,9 @@ from .deploy_support import (
     containers,
     env_references,
     find,
-    gpuscale_command_of_image,
+    gpuscale_command,
     load_yaml_documents,
+    main_containers,
     render,
     workloads,
 )
@@ -53,7 +54,7 @@ def _effective(pod: Obj, container: Obj, key: str) -> Any:
 
 def test_every_gpuscale_and_nats_container_has_liveness_and_readiness_probes(objects: list[Obj]) -> None:
     for workload in workloads(objects):
-        for _, c in containers(workload):
+        for _, c in main_containers(workload):  # an init container runs to completion: no probes
             assert "livenessProbe" in c, f"{workload['metadata']['name']}/{c['name']}: no livenessProbe"
             assert "readinessProbe" in c, f"{workload['metadata']['name']}/{c['name']}: no readinessProbe"
 
@@ -63,7 +64,7 @@ def test_services_probe_healthz_and_readyz_on_their_own_port(
     objects: list[Obj], service: str, port: int
 ) -> None:
     kind = "DaemonSet" if service == "collector" else "Deployment"
-    ((_, c),) = containers(find(objects, kind, f"gpuscale-{service}"))
+    ((_, c),) = main_containers(find(objects, kind, f"gpuscale-{service}"))
     named = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert named == {"metrics": port}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
@@ -140,7 +141,7 @@ def test_leader_elected_services_run_two_replicas_knowing_their_namespace(
 ) -> None:
     deployment = find(objects, "Deployment", f"gpuscale-{service}")
     assert deployment["spec"]["replicas"] == 2
-    ((_, c),) = containers(deployment)
+    ((_, c),) = main_containers(deployment)
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["GPUSCALE_IDENTITY"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
@@ -165,14 +166,15 @@ def _gpuscale_containers(objects: list[Obj]) -> list[tuple[str, Obj]]:
     found = []
     for workload in workloads(objects):
         for _, c in containers(workload):
-            command = gpuscale_command_of_image(c["image"])
+            command = gpuscale_command(c)
             if command is not None:
                 found.append((command, c))
     return found
 
 
 def test_all_four_services_run_from_gpuscale_images(objects: list[Obj]) -> None:
-    assert sorted(cmd for cmd, _ in _gpuscale_containers(objects)) == sorted(SERVICE_PORTS)
+    # ... and gpuscale setup, the decider's init container.
+    assert sorted(cmd for cmd, _ in _gpuscale_containers(objects)) == sorted([*SERVICE_PORTS, "setup"])
 
 
 def _placeholder(entry: Obj) -> str:
@@ -219,7 +221,8 @@ def test_every_container_environment_builds_valid_settings(objects: list[Obj]) -
             built = settings_mod.build(cls, {}, _resolved_environment(c))
         except settings_mod.SettingsError as e:
             pytest.fail(f"gpuscale {command}: {e}")
-        assert built.http_port == SERVICE_PORTS[command]
+        if command in SERVICE_PORTS:
+            assert built.http_port == SERVICE_PORTS[command]
 
 
 # --- NATS credentials ----------------------------------------------------------
@@ -257,11 +260,38 @@ def test_every_secret_reference_is_a_key_of_the_credentials_secret(objects: list
                     assert ref["key"] in keys, f"{c['name']}: {ref['key']}"
 
 
+def test_setup_runs_as_the_decider_init_container_with_the_aggregator_window(objects: list[Obj]) -> None:
+    """The streams are made by the one NATS user allowed to, before the decider
+    starts, sized for the 3-node cluster, keeping one aggregator window."""
+    decider = find(objects, "Deployment", "gpuscale-decider")
+    (setup,) = decider["spec"]["template"]["spec"]["initContainers"]
+    assert gpuscale_command(setup) == "setup"
+    built = settings_mod.build(command_options("setup").settings_class, {}, _resolved_environment(setup))
+    assert urlparse(built.nats_url[0]).username == "setup"
+    assert built.replicas == find(objects, "StatefulSet", "nats")["spec"]["replicas"] == 3
+    ((_, aggregator),) = main_containers(find(objects, "Deployment", "gpuscale-aggregator"))
+    window = settings_mod.build(
+        command_options("aggregator").settings_class, {}, _resolved_environment(aggregator)
+    ).window_s
+    assert built.window_s == window
+    # The setup password reaches no long-running container.
+    for workload in workloads(objects):
+        for _, c in main_containers(workload):
+            if workload["metadata"]["name"] == "nats":
+                continue
+            keys = {
+                e["valueFrom"]["secretKeyRef"]["key"]
+                for e in c.get("env", [])
+                if "secretKeyRef" in e.get("valueFrom", {})
+            }
+            assert "setup-password" not in keys, c["name"]
+
+
 def test_nats_gets_every_password_auth_conf_reads(objects: list[Obj]) -> None:
     ((_, c),) = containers(find(objects, "StatefulSet", "nats"))
     given = {e["name"] for e in c["env"] if "secretKeyRef" in e.get("valueFrom", {})}
     assert set(_auth_users().values()) == given
-    assert set(_auth_users()) == {"collector", "aggregator", "decider", "actuator", "observer"}
+    assert set(_auth_users()) == {"collector", "aggregator", "decider", "actuator", "observer", "setup"}
     config = find(objects, "ConfigMap", "nats-config")
     assert set(config["data"]) == {"nats.conf", "auth.conf"}
     assert "include auth.conf" in config["data"]["nats.conf"]

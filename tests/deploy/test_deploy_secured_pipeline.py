@@ -30,11 +30,11 @@ from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload, gpuscaler
 from ..waiting import eventually_while_running
-from .deploy_support import DEPLOY, NATS_AUTH_CONF, Obj, find, of_kind, render
+from .deploy_support import DEPLOY, NATS_AUTH_CONF, Obj, find, nats_roles, of_kind, render, run_gpuscale_setup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROLES = ("collector", "aggregator", "decider", "actuator", "observer")
+ROLES = tuple(nats_roles())
 PASSWORDS = {role: f"{role}0123456789abcdef" for role in ROLES}
 NAMESPACE, NAME = "default", "bert-intent-detection"
 WINDOW_S = 3
@@ -121,6 +121,8 @@ async def pipeline(
         await sim.create(obj)
     group = ProcessGroup(tmp_path)
     try:
+        # The decider's init container: the streams and buckets, as the one user that may.
+        await run_gpuscale_setup(_url(server, "setup"), window_s=WINDOW_S)
 
         def run_as(role: str) -> tuple[tuple[str, ...], dict[str, str]]:
             env = {"GPUSCALE_NATS_URL": _url(server, role), "POD_NAMESPACE": "gpuscale"}

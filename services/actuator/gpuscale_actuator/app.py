@@ -590,7 +590,7 @@ async def _first(*aws: Awaitable[Any]) -> None:
 
 async def ensure_decisions_stream(js: JetStreamContext) -> None:
     """Create the decisions stream if absent (the decider owns its config)."""
-    await declare_stream(js, subjects.DECISIONS, only_if_missing=True)
+    await declare_stream(js, subjects.DECISIONS)
 
 
 async def _setup_jetstream(js: JetStreamContext, stop: asyncio.Event, log: Any) -> KeyValue | None:

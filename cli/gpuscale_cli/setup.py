@@ -1,0 +1,191 @@
+"""``gpuscale setup``: create or update every JetStream stream and KV bucket.
+
+The one identity that may: the services' own NATS users can only use
+streams and buckets (deploy/base/nats/auth.conf), so a leaked service
+credential cannot re-shape a stream (a republish into the decisions, a
+zero retention). In Kubernetes the gpuscale-setup Job runs this at every
+``kubectl apply``; it is idempotent. Each stream has its own byte budget, so
+a flood of samples discards old samples instead of starving the decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import ServiceUnavailableError
+
+from gpuscale import subjects
+from gpuscale.logging import configure
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.natsio import NATS, apply_kv, apply_stream, connect, drain, jetstream
+from gpuscale.settings import (
+    CommonSettings,
+    boolean,
+    byte_size,
+    choice,
+    non_empty,
+    option,
+    positive_int,
+    seconds,
+)
+from gpuscale.subjects import KvSpec, StreamSpec
+
+# What a JetStream that is starting (or electing leaders) answers: worth a retry.
+TRANSIENT = (NatsTimeoutError, NoRespondersError, ServiceUnavailableError, TimeoutError)
+
+
+def replicas(text: str) -> int:
+    value = positive_int(text)
+    if value > 5:
+        raise ValueError("JetStream keeps at most 5 replicas")
+    return value
+
+
+@dataclass(frozen=True)
+class SetupSettings(CommonSettings):
+    replicas: int = option(
+        1,
+        "--replicas",
+        env="GPUSCALE_NATS_REPLICAS",
+        parse=replicas,
+        help="copies of every stream and bucket: 3 for deploy/'s 3-node NATS cluster, 1 for one server",
+    )
+    window_s: float = option(
+        30.0,
+        "--window",
+        env="GPUSCALE_WINDOW",
+        parse=seconds,
+        help="how long the samples stream keeps batches: the aggregator's --window",
+    )
+    samples_max_bytes: int = option(
+        subjects.SAMPLES_MAX_BYTES,
+        "--samples-max-bytes",
+        env="GPUSCALE_SAMPLES_MAX_BYTES",
+        parse=byte_size,
+        help="the samples stream's own storage budget (old samples go first when it is full)",
+    )
+    samples_storage: str = option(
+        "file",
+        "--samples-storage",
+        env="GPUSCALE_SAMPLES_STORAGE",
+        parse=choice("file", "memory"),
+        help="storage of the samples stream",
+    )
+    state_bucket: str = option(
+        subjects.DECIDER_STATE_BUCKET,
+        "--state-bucket",
+        env="GPUSCALE_STATE_BUCKET",
+        parse=non_empty,
+        help="the decider's state bucket (its --state-bucket)",
+    )
+    scale_out: bool = option(
+        False,
+        "--scale-out",
+        env="GPUSCALE_SCALE_OUT",
+        parse=boolean,
+        is_flag=True,
+        help="also the partitioned aggregators' stream (aggregator --partition)",
+    )
+    wait_s: float = option(
+        120.0,
+        "--wait",
+        env="GPUSCALE_SETUP_WAIT",
+        parse=seconds,
+        help="how long to wait for NATS and JetStream to answer (a Job starts beside them)",
+    )
+
+
+def declarations(settings: SetupSettings) -> list[StreamSpec | KvSpec]:
+    """Purely computational: what this deployment declares, sized by ``settings``."""
+    n = settings.replicas
+    samples = dataclasses.replace(
+        subjects.samples_stream(settings.window_s, settings.samples_storage),
+        max_bytes=settings.samples_max_bytes,
+        replicas=n,
+    )
+    out: list[StreamSpec | KvSpec] = [
+        samples,
+        dataclasses.replace(subjects.DECISIONS, replicas=n),
+        dataclasses.replace(subjects.decider_state(settings.state_bucket), replicas=n),
+        dataclasses.replace(subjects.ACTUATOR_APPLIED, replicas=n),
+    ]
+    if settings.scale_out:
+        parts = subjects.aggregator_parts_stream(settings.window_s, settings.samples_storage)
+        out.append(dataclasses.replace(parts, max_bytes=settings.samples_max_bytes, replicas=n))
+    return out
+
+
+def describe(spec: StreamSpec | KvSpec) -> str:
+    size = "no byte limit" if spec.max_bytes < 0 else f"{spec.max_bytes / 1024**2:,.0f} MiB"
+    if isinstance(spec, StreamSpec):
+        age = "kept until full" if spec.max_age_s is None else f"kept {spec.max_age_s:g} s"
+        return f"stream {spec.name}: {age}, {size}, {spec.storage}, {spec.replicas} replica(s)"
+    ttl = "no TTL" if spec.ttl_s is None else f"TTL {spec.ttl_s:g} s"
+    return f"bucket {spec.bucket}: {ttl}, {size}, {spec.storage}, {spec.replicas} replica(s)"
+
+
+async def _connect(settings: SetupSettings) -> NATS:
+    deadline = time.monotonic() + settings.wait_s
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        connect(
+            settings.nats_url,
+            ServiceMetrics("setup"),
+            name="gpuscale-setup",
+            creds=str(settings.nats_creds) if settings.nats_creds else None,
+            tls_ca=str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
+            stop=stop,
+        )
+    )
+    done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()))
+    if not done:
+        stop.set()
+        task.cancel()
+        raise TimeoutError(f"no NATS server answered within {settings.wait_s:g} s")
+    return task.result()
+
+
+async def run(settings: SetupSettings) -> int:
+    try:
+        nc = await _connect(settings)
+    except Exception as e:  # noqa: BLE001 - one line for the operator, whatever the cause
+        print(f"gpuscale setup: cannot reach NATS: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    js = jetstream(nc, timeout_s=10.0)
+    failed = 0
+    try:
+        for spec in declarations(settings):
+            deadline = time.monotonic() + settings.wait_s
+            while True:
+                try:
+                    if isinstance(spec, StreamSpec):
+                        outcome = await apply_stream(js, spec)
+                    else:
+                        outcome = await apply_kv(js, spec)
+                    print(f"{describe(spec)}: {outcome}", flush=True)
+                    break
+                except TRANSIENT as e:  # JetStream may still be electing its leaders
+                    if time.monotonic() < deadline:
+                        await asyncio.sleep(1.0)
+                        continue
+                    print(f"gpuscale setup: {describe(spec)}: {type(e).__name__}: {e}", file=sys.stderr)
+                    failed += 1
+                    break
+                except Exception as e:  # noqa: BLE001 - refused (permissions, a bad config): say so, go on
+                    print(f"gpuscale setup: {describe(spec)}: {type(e).__name__}: {e}", file=sys.stderr)
+                    failed += 1
+                    break
+    finally:
+        await drain(nc)
+    return 1 if failed else 0
+
+
+def main(settings: SetupSettings) -> int:
+    configure("setup", settings.log_level)
+    return asyncio.run(run(settings))
