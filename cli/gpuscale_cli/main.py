@@ -81,6 +81,12 @@ COMMANDS: tuple[Command, ...] = (
         "gpuscale_cli.convert.app:main",
     ),
     Command(
+        "shadow-report",
+        "compare shadow mode's advice with what the live controller (HPA, KEDA) did: lead, lag, GPU-seconds",
+        "gpuscale_cli.shadow.app:ShadowReportSettings",
+        "gpuscale_cli.shadow.app:main",
+    ),
+    Command(
         "setup",
         "create or update gpuscale's JetStream streams and KV buckets (the one identity that may)",
         "gpuscale_cli.setup:SetupSettings",

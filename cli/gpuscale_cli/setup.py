@@ -112,6 +112,7 @@ def declarations(settings: SetupSettings) -> list[StreamSpec | KvSpec]:
     out: list[StreamSpec | KvSpec] = [
         samples,
         dataclasses.replace(subjects.DECISIONS, replicas=n),
+        dataclasses.replace(subjects.ADVICE, replicas=n),
         dataclasses.replace(subjects.decider_state(settings.state_bucket), replicas=n),
         dataclasses.replace(subjects.ACTUATOR_APPLIED, replicas=n),
     ]

@@ -18,6 +18,8 @@ SAMPLES_ALL: Final = f"{PREFIX}.samples.>"
 METRICS_ALL: Final = f"{PREFIX}.metrics.>"
 DECISIONS_ALL: Final = f"{PREFIX}.decisions.>"
 ACTIONS_ALL: Final = f"{PREFIX}.actions.>"
+# What a GPUScaler in shadow mode would decide (Decision-shaped; no actuator reads it).
+ADVICE_ALL: Final = f"{PREFIX}.advice.>"
 
 # The aggregator tier's scale-out (gpuscale_aggregator.core.scaleout explains
 # it): a queue group splits node batches into per-workload sub-batches, the
@@ -30,6 +32,7 @@ AGGREGATOR_PARTS_ALL: Final = f"{AGGREGATOR_PARTS_PREFIX}.>"
 # JetStream names (streams, consumers, KV buckets) also live here: the NATS
 # permissions in deploy/base/nats/auth.conf name them too.
 DECISIONS_STREAM: Final = "GPUSCALE_DECISIONS"
+ADVICE_STREAM: Final = "GPUSCALE_ADVICE"
 SAMPLES_STREAM: Final = "GPUSCALE_SAMPLES"
 AGGREGATOR_PARTS_STREAM: Final = "GPUSCALE_AGGREGATOR_PARTS"
 ACTUATOR_DURABLE: Final = "gpuscale-actuator"
@@ -118,6 +121,10 @@ def decisions(key: WorkloadKey) -> str:
 
 def actions(key: WorkloadKey) -> str:
     return _workload_subject("actions", key)
+
+
+def advice(key: WorkloadKey) -> str:
+    return _workload_subject("advice", key)
 
 
 def parse_samples(subject: str) -> str:
@@ -209,12 +216,18 @@ class KvSpec:
 # 1/s x 60 s is 1.9 GB of samples.
 SAMPLES_MAX_BYTES: Final = 2 * 1024**3
 DECISIONS_MAX_BYTES: Final = 256 * 1024**2
+ADVICE_MAX_BYTES: Final = 256 * 1024**2
+ADVICE_MAX_AGE_S: Final = 14 * 24 * 3600.0
 KV_MAX_BYTES: Final = 64 * 1024**2
 
 # The decider creates it, the actuator creates it only where it is missing:
 # both from this one declaration.
 DECISIONS: Final = StreamSpec(
     DECISIONS_STREAM, (DECISIONS_ALL,), max_age_s=DECISIONS_MAX_AGE_S, max_bytes=DECISIONS_MAX_BYTES
+)
+# Shadow mode's advice, kept for `gpuscale shadow-report` over a trial of two weeks.
+ADVICE: Final = StreamSpec(
+    ADVICE_STREAM, (ADVICE_ALL,), max_age_s=ADVICE_MAX_AGE_S, max_bytes=ADVICE_MAX_BYTES
 )
 ACTUATOR_APPLIED: Final = KvSpec(
     ACTUATOR_APPLIED_BUCKET, ttl_s=ACTUATOR_APPLIED_TTL_S, max_bytes=KV_MAX_BYTES

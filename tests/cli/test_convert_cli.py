@@ -107,3 +107,16 @@ def test_file_is_required_and_help_names_it() -> None:
     helped = gpuscale("convert", "--help")
     assert helped.returncode == 0
     assert "- reads standard input" in " ".join(helped.stdout.split())
+
+
+def test_mode_shadow_prints_gpuscalers_that_only_advise() -> None:
+    """The migration's first step: the same policy beside the old autoscaler, never actuated."""
+    text = (FIXTURES / "seed-000-keda-prometheus.yaml").read_text()
+    done = gpuscale("convert", "--mode", "Shadow", "-", stdin=text)
+    assert done.returncode == 0, done.stderr
+    (doc,) = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert doc["spec"]["mode"] == "Shadow"
+    assert "spec.mode: Shadow" in done.stdout  # said in the comment above it
+    refused = gpuscale("convert", "--mode", "Passive", "-", stdin=text)
+    assert refused.returncode == 2
+    assert "Passive" in refused.stderr

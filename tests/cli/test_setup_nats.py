@@ -48,7 +48,7 @@ async def test_setup_makes_every_stream_and_bucket_once(
     nats_server: EmbeddedNats, nats_client: NATS, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert await setup.run(settings_for(nats_server.url)) == 0
-    assert outcomes(capsys.readouterr().out) == ["created"] * 4
+    assert outcomes(capsys.readouterr().out) == ["created"] * 5
     js = jetstream(nats_client)
     samples = (await js.stream_info(subjects.SAMPLES_STREAM)).config
     assert (samples.max_age, samples.max_bytes) == (30.0, subjects.SAMPLES_MAX_BYTES)
@@ -58,7 +58,7 @@ async def test_setup_makes_every_stream_and_bucket_once(
     assert (await js.key_value(subjects.ACTUATOR_APPLIED_BUCKET)) is not None
 
     assert await setup.run(settings_for(nats_server.url)) == 0
-    assert outcomes(capsys.readouterr().out) == ["unchanged"] * 4
+    assert outcomes(capsys.readouterr().out) == ["unchanged"] * 5
 
     resized = settings_for(nats_server.url, GPUSCALE_WINDOW="60", GPUSCALE_SAMPLES_MAX_BYTES="512MiB")
     assert await setup.run(resized) == 0
@@ -94,6 +94,7 @@ def test_the_declarations_follow_the_options() -> None:
     assert names == [
         subjects.SAMPLES_STREAM,
         subjects.DECISIONS_STREAM,
+        subjects.ADVICE_STREAM,
         subjects.DECIDER_STATE_BUCKET,
         subjects.ACTUATOR_APPLIED_BUCKET,
         subjects.AGGREGATOR_PARTS_STREAM,
@@ -115,7 +116,7 @@ def small_store(tmp_path: Path) -> Iterator[EmbeddedNats]:
 
 
 async def test_a_flood_of_samples_leaves_the_decisions_their_storage(small_store: EmbeddedNats) -> None:
-    """Budgets shrunk to fit a 32 MiB store (samples 8, decisions 8, buckets 4 + 4):
+    """Budgets shrunk to fit a 32 MiB store (samples, decisions, advice 6 each, buckets 4 + 4):
     60 MB of samples push old samples out, and a decision still finds room."""
     nc = await connect([small_store.url], ServiceMetrics("test"), name="flood")
     try:
@@ -123,7 +124,7 @@ async def test_a_flood_of_samples_leaves_the_decisions_their_storage(small_store
         mib = 1024**2
         for spec in setup.declarations(settings_for(small_store.url)):
             if isinstance(spec, subjects.StreamSpec):
-                await apply_stream(js, dataclasses.replace(spec, max_bytes=8 * mib))
+                await apply_stream(js, dataclasses.replace(spec, max_bytes=6 * mib))
             else:
                 await apply_kv(js, dataclasses.replace(spec, max_bytes=4 * mib))
         batch = b"x" * 60_000
@@ -136,7 +137,7 @@ async def test_a_flood_of_samples_leaves_the_decisions_their_storage(small_store
         while (await js.stream_info(subjects.SAMPLES_STREAM)).state.last_seq < 1000:
             assert time.monotonic() < deadline, "the samples stream did not take the flood"
         state = (await js.stream_info(subjects.SAMPLES_STREAM)).state
-        assert state.bytes <= 8 * mib  # old samples went first
+        assert state.bytes <= 6 * mib  # old samples went first
         assert state.first_seq > 1
         key = subjects.WorkloadKey("default", "Deployment", "bert")
         ack = await js.publish(subjects.decisions(key), b"decision", headers=headers_msg_id("after-flood"))

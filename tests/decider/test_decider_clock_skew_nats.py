@@ -56,7 +56,7 @@ async def test_an_aggregator_off_by_20s_leads_to_the_same_decision(
                 "gpuscale_decider_aggregator_clock_offset_seconds", aggregator="aggregator-0"
             )
             assert shown == pytest.approx(-skew_s, abs=1.0)
-            running.decider.clock_watch.check()
+            running.decider.intake.clock_watch.check()
     warned = [e for e in logs if e["event"] == "clock_offset_large"]
     assert [e["aggregator"] for e in warned] == ([] if skew_s == 0 else ["aggregator-0"])
 

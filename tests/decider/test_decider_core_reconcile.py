@@ -829,5 +829,10 @@ def test_shadow_mode_advises_once_per_change_and_never_decides() -> None:
     assert moved.advice is not None
     assert (moved.advice.from_replicas, moved.advice.to_replicas) == (3, 6)
     settled = step(scaler, 6, running(6, 70), state=moved.memory.state, now=NOW + 6, conflict=hpa)
-    assert settled.advice is None
-    assert settled.memory.state.last_advice is None  # would keep: the next change is advised again
+    # Agreement is said once too: keep 6, the 3 -> 6 advice no longer stands.
+    assert settled.advice is not None
+    assert (settled.advice.from_replicas, settled.advice.to_replicas) == (6, 6)
+    assert "shadow mode: would keep 6" in settled.advice.reason
+    assert settled.decision is None
+    quiet = step(scaler, 6, running(6, 70), state=settled.memory.state, now=NOW + 8, conflict=hpa)
+    assert quiet.advice is None

@@ -54,8 +54,14 @@ FAMILY_SUBJECTS = {
     "metrics": subjects.metrics(KEY),
     "decisions": subjects.decisions(KEY),
     "actions": subjects.actions(KEY),
+    "advice": subjects.advice(KEY),
 }
-OWN_FAMILY = {"collector": "samples", "aggregator": "metrics", "decider": "decisions", "actuator": "actions"}
+OWN_FAMILIES = {
+    "collector": ("samples",),
+    "aggregator": ("metrics",),
+    "decider": ("decisions", "advice"),
+    "actuator": ("actions",),
+}
 
 
 def _password_environment() -> dict[str, str]:
@@ -140,7 +146,7 @@ async def test_a_wrong_password_is_refused(login: Login) -> None:
         await login("collector", password="guess")  # noqa: S106 - a deliberately wrong test password
 
 
-@pytest.mark.parametrize("role", list(OWN_FAMILY))
+@pytest.mark.parametrize("role", list(OWN_FAMILIES))
 async def test_each_role_publishes_only_its_own_family(login: Login, role: str) -> None:
     observer: Session = await login("observer")
     seen: list[tuple[str, bytes]] = []
@@ -158,14 +164,15 @@ async def test_each_role_publishes_only_its_own_family(login: Login, role: str) 
     for subject in FAMILY_SUBJECTS.values():
         await publisher.nc.publish(subject, b"probe")
     # One connection's messages arrive in order: once the sentinel is in, so is anything allowed before it.
-    await publisher.nc.publish(FAMILY_SUBJECTS[OWN_FAMILY[role]], b"sentinel")
+    own = {FAMILY_SUBJECTS[family] for family in OWN_FAMILIES[role]}
+    await publisher.nc.publish(FAMILY_SUBJECTS[OWN_FAMILIES[role][0]], b"sentinel")
     await publisher.nc.flush()
     await asyncio.wait_for(sentinel.wait(), 10)
 
     delivered = {subject for subject, data in seen if data == b"probe"}
-    assert delivered == {FAMILY_SUBJECTS[OWN_FAMILY[role]]}
-    denied = await publisher.permission_errors(len(FAMILY_SUBJECTS) - 1)
-    assert len(denied) == len(FAMILY_SUBJECTS) - 1
+    assert delivered == own
+    denied = await publisher.permission_errors(len(FAMILY_SUBJECTS) - len(own))
+    assert len(denied) == len(FAMILY_SUBJECTS) - len(own)
 
 
 async def test_a_collector_cannot_publish_below_a_node_token(login: Login) -> None:
@@ -269,6 +276,18 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
     state = await declare_kv(decider_js, subjects.decider_state(bucket))
     await state.put("default.Deployment.bert-intent-detection", b"history")
     assert (await state.get("default.Deployment.bert-intent-detection")).value == b"history"
+    # ... and shadow mode's advice: a plain publish the advice stream keeps, read by the observer
+    await declare_stream(decider_js, subjects.ADVICE)
+    await decider.nc.publish(FAMILY_SUBJECTS["advice"], b"advice-1")
+    await decider.nc.flush()
+    observer_js = (await login("observer")).nc.jetstream(timeout=5)
+
+    async def advice_kept() -> bool:
+        return (await observer_js.stream_info(subjects.ADVICE_STREAM)).state.messages >= 1
+
+    await eventually(advice_kept, 10, what="the advice in its stream")
+    kept = await observer_js.get_msg(subjects.ADVICE_STREAM, subject=subjects.ADVICE_ALL, next=True, seq=1)
+    assert kept.data == b"advice-1"
 
     # actuator: uses the stream, consumes durably, acks, records, reports
     actuator_js = actuator.nc.jetstream(timeout=5)

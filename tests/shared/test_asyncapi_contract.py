@@ -219,3 +219,26 @@ def test_the_comparison_notices_a_drift() -> None:
     prop = {**schemas["GpuSample"]["properties"]["index"], "minimum": 1}
     util = next(f for f in msgspec.inspect.type_info(GpuSample).fields if f.name == "index")  # type: ignore[union-attr]
     assert _documented(prop, schemas) != {k: v for k, v in _expected(util.type).items() if v is not None}
+
+
+def test_every_subject_the_code_builds_is_a_documented_channel() -> None:
+    """subjects.py builds the names; the document lists the same channels, each
+    with the payload the code sends on it."""
+    from gpuscale import subjects
+
+    key = subjects.WorkloadKey("{namespace}", "{kind}", "{name}")
+    built = {
+        subjects.samples("{node}"): "SampleBatch",
+        subjects.metrics(key): "WorkloadMetrics",
+        subjects.decisions(key): "Decision",
+        subjects.actions(key): "Action",
+        subjects.advice(key): "Decision",
+    }
+    channels = _document()["channels"]
+
+    def payload(channel: dict[str, Any]) -> str:
+        return str(channel["publish"]["message"]["$ref"]).rsplit("/", 1)[-1]
+
+    documented = {name: payload(channel) for name, channel in channels.items()}
+    unescaped = {name.replace("~7B", "{").replace("~7D", "}"): kind for name, kind in built.items()}
+    assert unescaped == documented

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import yaml
 
 from gpuscale.policy import PolicyError, parse_gpuscaler
-from gpuscale.settings import option
+from gpuscale.settings import choice, option
 
 from .render import render, stderr_lines
 from .translate import convert_documents
@@ -32,6 +32,13 @@ class ConvertSettings:
         metavar="FILE|-",
         help="HorizontalPodAutoscaler (autoscaling/v2, v2beta2, v2beta1) and KEDA ScaledObject YAML, "
         "several documents allowed; - reads standard input",
+    )
+    mode: str = option(
+        "Active",
+        "--mode",
+        parse=lambda text: {"active": "Active", "shadow": "Shadow"}[choice("active", "shadow")(text)],
+        help="spec.mode of every GPUScaler printed: Shadow to compare with the autoscaler "
+        "you have before cutting over (gpuscale shadow-report)",
     )
 
 
@@ -69,7 +76,7 @@ def read_documents(name: str, stdin: TextIO) -> list[Any]:
     return docs
 
 
-def run(name: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+def run(name: str, stdin: TextIO, stdout: TextIO, stderr: TextIO, mode: str = "Active") -> int:
     try:
         docs = read_documents(name, stdin)
     except InputError as e:
@@ -77,6 +84,13 @@ def run(name: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
         return 2
     conversions = convert_documents(docs)
     code = 0
+    if mode != "Active":
+        for conv in conversions:
+            if conv.gpuscaler is not None:
+                conv.gpuscaler["spec"]["mode"] = mode
+                conv.mapped.append(
+                    f"spec.mode: {mode} (evaluated beside the autoscaler above, never actuated)"
+                )
     for conv in conversions:
         if conv.gpuscaler is None:
             continue
@@ -98,4 +112,4 @@ def run(name: str, stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def main(settings: ConvertSettings) -> int:
-    return run(settings.file, sys.stdin, sys.stdout, sys.stderr)
+    return run(settings.file, sys.stdin, sys.stdout, sys.stderr, settings.mode)

@@ -110,11 +110,8 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         on_closed=ctx.reopen,
     )
     js = jetstream(nc)
-    await _retry(
-        ctx,
-        "decisions_stream",
-        lambda: declare_stream(js, subjects.DECISIONS),
-    )
+    await _retry(ctx, "decisions_stream", lambda: declare_stream(js, subjects.DECISIONS))
+    await _retry(ctx, "advice_stream", lambda: declare_stream(js, subjects.ADVICE))
     kv = await _retry(ctx, "state_bucket", lambda: declare_kv(js, subjects.decider_state(s.state_bucket)))
     api = await new_api_client(s.kubeconfig)
 
@@ -151,6 +148,10 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
             subjects.decisions(key), encode(decision), timeout=5.0, headers=headers_msg_id(decision.id)
         )
 
+    async def publish_advice(advice: Decision) -> None:
+        key = subjects.WorkloadKey(advice.namespace, advice.kind, advice.name)
+        await nc.publish(subjects.advice(key), encode(advice))  # the GPUSCALE_ADVICE stream keeps it
+
     pods = PodCache(api)
     decider = Decider(
         ctx.metrics,
@@ -160,6 +161,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         publish,
         status=status,
         events=events,
+        publish_advice=publish_advice,
         is_leader=is_leader,
         config=Config(actuation_timeout_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
     )

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any
 
-from gpuscale.clocks import SenderClocks
-from gpuscale.clockwatch import ClockWatch
-from gpuscale.codec import Reader
 from gpuscale.kube import KubeError
-from gpuscale.logging import LogThrottle, OncePerKey, get_logger
+from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.subjects import SubjectError, WorkloadKey, parse_workload
-from gpuscale.wire import Action, Decision, WireError, WorkloadMetrics
+from gpuscale.subjects import WorkloadKey
+from gpuscale.wire import Decision
+from gpuscale_decider.advice import Advisor, Publish, nowhere, wire_decision
 from gpuscale_decider.core.events import decision_event
 from gpuscale_decider.core.reconcile import (
     Config,
@@ -41,15 +39,10 @@ from gpuscale_decider.core.reconcile import (
 )
 from gpuscale_decider.core.replicas import PodView
 from gpuscale_decider.core.state import ScalerState, seed_last_scale
+from gpuscale_decider.intake import Intake
 from gpuscale_decider.metrics import DeciderMetrics
 from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, Registry, StatusSink, Workload
 from gpuscale_decider.sources import PodSource, ScaleSource, StateStore
-
-Publish = Callable[[Decision], Awaitable[None]]
-# Aggregators whose clocks are tracked: a handful in any deployment; bounded
-# so that forged source names cannot grow the gauge.
-MAX_AGGREGATORS: Final = 64
-UNNAMED_AGGREGATOR: Final = "unnamed"  # one older than the source field
 
 
 class Decider:
@@ -63,6 +56,7 @@ class Decider:
         *,
         status: StatusSink | None = None,
         events: EventSink | None = None,
+        publish_advice: Publish | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         config: Config = Config(),  # noqa: B008 - a frozen value, never mutated
@@ -77,27 +71,10 @@ class Decider:
         self.config = config
         self.registry = Registry(self.m, self.status, lambda: self.clock(), self.events)
         self._once = OncePerKey()
-        self._throttle = LogThrottle()  # rejected messages: by kind and reason, once a minute
-        self._subject_keys: dict[str, WorkloadKey] = {}
         self._sending: set[asyncio.Task[None]] = set()
-        self._messages_in = metrics.messages_in.labels(kind="metrics")
-        # Fields and metric names a newer aggregator sends are skipped, counted
-        # once per name and logged once; a metric a policy asks for that a
-        # message lacks is missing data (no fresh value), not a rejection.
-        self._reader = Reader(WorkloadMetrics, on_unknown=metrics.unknown_field)
-        self._actions_reader = Reader(Action, on_unknown=metrics.unknown_field)
+        self.intake = Intake(metrics)
+        self.advisor = Advisor(metrics, self.m, publish_advice or nowhere)
         self.log = get_logger(component="decider")
-        # Aggregators' clocks, for operators: freshness is judged on arrival, so an
-        # aggregator whose clock is off is shown and logged, not obeyed.
-        self.clocks = SenderClocks(max_senders=MAX_AGGREGATORS)
-        self.clock_watch = ClockWatch(
-            self.clocks,
-            metrics.registry,
-            name="gpuscale_decider_aggregator_clock_offset_seconds",
-            documentation="Each aggregator's usual metrics arrival minus its ts (median of recent "
-            "messages): its clock's offset from this decider's, plus transit",
-            label="aggregator",
-        )
 
     @property
     def workloads(self) -> dict[WorkloadKey, Workload]:
@@ -118,20 +95,13 @@ class Decider:
     async def handle_metrics(self, subject: str, data: bytes) -> None:
         started = time.perf_counter()
         now = self.clock()
-        self._messages_in.inc()
-        try:
-            m = self._reader.decode(data, now)
-            key = WorkloadKey(m.namespace, m.kind, m.name)
-            if self._subject_key(subject, "metrics") != key:
-                raise WireError("subject_mismatch", f"payload names {key}, subject {subject}")
-        except (WireError, SubjectError) as e:
-            self._reject("metrics", subject, e)
+        m = self.intake.metrics_message(subject, data, now)
+        if m is None:
             return
-        w = self.workloads.get(key)
+        w = self.workloads.get(WorkloadKey(m.namespace, m.kind, m.name))
         if w is None:
             self.m.unmatched.inc()
             return
-        self.clocks.place(m.source or UNNAMED_AGGREGATOR, m.ts, now)
         # The newest arrival wins: ordering and freshness on this process's clock.
         w.observation = observation_of(m, now)
         await self.evaluate(w, now)
@@ -142,12 +112,10 @@ class Decider:
 
     async def handle_action(self, subject: str, data: bytes) -> None:
         now = self.clock()
-        try:
-            action = self._actions_reader.decode(data, now)
-            key = self._subject_key(subject, "actions")
-        except (WireError, SubjectError) as e:
-            self._reject("actions", subject, e)
+        received = self.intake.action_message(subject, data, now)
+        if received is None:
             return
+        key, action = received
         w = self.workloads.get(key)
         pending = w.memory.state.pending if w is not None and w.memory is not None else None
         if w is None or w.memory is None or pending is None or pending.decision_id != action.decision_id:
@@ -159,29 +127,6 @@ class Decider:
         self.log.info(
             "decision_reported", workload=str(key), decision_id=action.decision_id, outcome=action.outcome
         )
-
-    def _subject_key(self, subject: str, family: str) -> WorkloadKey:
-        key = self._subject_keys.get(subject)
-        if key is None:
-            key = parse_workload(subject, family)
-            if len(self._subject_keys) >= 100_000:  # bounded: a flood of new subjects can't grow memory
-                self._subject_keys.clear()
-            self._subject_keys[subject] = key
-        return key
-
-    def _reject(self, kind: str, subject: str, e: WireError | SubjectError) -> None:
-        reason = e.code if isinstance(e, WireError) else "bad_subject"
-        self.metrics.messages_rejected.labels(kind=kind, reason=reason).inc()
-        held = self._throttle.allow(kind, reason)
-        if held is not None:
-            self.log.warning(
-                "message_rejected",
-                kind=kind,
-                subject=subject[:200],
-                reason=reason,
-                detail=str(e)[:300],
-                suppressed=held,
-            )
 
     # --- one evaluation ----------------------------------------------------------------
 
@@ -224,6 +169,8 @@ class Decider:
             self.m.observe(w.key, targets, e.usage if e.fresh else None, e.current, e.desired, bounds)
         if step.decision is not None:
             self._send_later(w, step.decision, now)
+        if step.advice is not None:
+            await self.advisor.advise(w, step.advice, now)
         if step.status is not None:
             self.m.status_writes.inc()
             self.status.submit(w.scaler.namespace, w.scaler.name, step.status)
@@ -257,19 +204,7 @@ class Decider:
         """Publish in the background: the metrics subscription never waits for
         a JetStream ack. The step already marked the decision pending, so no
         second one goes out meanwhile; a failed publish clears the mark."""
-        decision = Decision(
-            id=planned.id,
-            ts=now,
-            namespace=w.key.namespace,
-            kind=w.key.kind,
-            name=w.key.name,
-            from_replicas=planned.from_replicas,
-            to_replicas=planned.to_replicas,
-            reason=planned.reason,
-            inputs=planned.inputs,
-            api_version=w.ref.api_version,
-        )
-        task = asyncio.create_task(self._send(w, decision))
+        task = asyncio.create_task(self._send(w, wire_decision(w, planned, now)))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
@@ -328,7 +263,7 @@ class Decider:
     async def tick(self, interval_s: float) -> None:
         """Re-evaluate workloads that got no metrics for a while (staleness,
         fallback, pending timeouts), and save changed state."""
-        self.clock_watch.check()
+        self.intake.clock_watch.check()
         if not self.is_leader():
             return
         now = self.clock()

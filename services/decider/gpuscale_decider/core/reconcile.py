@@ -394,10 +394,13 @@ def _shadow(
             ),
         ),
     )
-    wanted = (evaluation.current, evaluation.desired) if evaluation.change else None
+    # Every new (from, to) is advice, a "keep" (from == to) included: the stream
+    # then records both what gpuscale wanted and each live count it saw, so
+    # `gpuscale shadow-report` can compare them over the whole trial.
+    wanted = (evaluation.current, evaluation.desired)
     if wanted == state.last_advice:
         return shadowed, None, state
-    advice = _plan(scaler, shadowed, observation, state, now) if wanted is not None else None
+    advice = replace(_plan(scaler, shadowed, observation, state, now), reason=shadowed.reason)
     return shadowed, advice, replace(state, last_advice=wanted)
 
 

@@ -1,0 +1,1 @@
+"""``gpuscale shadow-report``: shadow mode's advice against what the live controller did."""

@@ -1,0 +1,291 @@
+"""``gpuscale shadow-report``: read shadow mode's advice and the live
+controller's record, compare them (:mod:`.compare`), print the result.
+
+The advice comes from the GPUSCALE_ADVICE stream message by message (the
+observer's rights: no consumer); the live changes from the Events of the
+HorizontalPodAutoscalers that target the workload (KEDA's included), which
+the API server keeps for an hour by default, and from the live counts the
+decider saw when it advised, which the stream keeps for the whole trial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nats.js.errors import NotFoundError
+
+from gpuscale import codec, subjects
+from gpuscale.logging import configure
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.natsio import NATS, connect, drain, jetstream
+from gpuscale.settings import CommonSettings, choice, option, path, positive_float, seconds
+from gpuscale.subjects import WorkloadKey
+from gpuscale.timefmt import format_time, parse_time
+from gpuscale.wire import Decision, ScaleTargetRef, WireError
+from gpuscale_cli.shadow.compare import Advice, LiveChange, Matched, Report, compare
+
+# The HPA controller's Event for a rescale (pkg/controller/podautoscaler/horizontal.go):
+# reason SuccessfulRescale, message "New size: 4; reason: ...".
+_NEW_SIZE = re.compile(r"^New size: (\d+);")
+GPU_RESOURCES = ("nvidia.com/gpu",)
+
+
+def _workload(text: str) -> WorkloadKey:
+    parts = text.split("/")
+    if len(parts) == 2:
+        return WorkloadKey(parts[0], "Deployment", parts[1])
+    if len(parts) == 3 and all(parts):
+        return WorkloadKey(*parts)
+    raise ValueError("expected NAMESPACE/NAME or NAMESPACE/KIND/NAME")
+
+
+@dataclass(frozen=True)
+class ShadowReportSettings(CommonSettings):
+    kubeconfig: Path | None = option(
+        None,
+        "--kubeconfig",
+        env="KUBECONFIG",
+        parse=path,
+        help="read the live controller's Events, the scale and the GPUs per replica from this cluster",
+    )
+    workload: WorkloadKey | None = option(
+        None,
+        "--workload",
+        parse=_workload,
+        help="only this workload: NAMESPACE/NAME (a Deployment) or NAMESPACE/KIND/NAME",
+    )
+    since_s: float | None = option(
+        None, "--since", parse=seconds, help="only advice younger than this; none: all the stream keeps"
+    )
+    gpus_per_replica: float | None = option(
+        None,
+        "--gpus-per-replica",
+        parse=positive_float,
+        help="GPUs per replica (default: the pod template's nvidia.com/gpu limits, else 1)",
+    )
+    output: str = option("text", "--output", parse=choice("text", "json"), help="text or json")
+
+
+@dataclass(frozen=True)
+class Live:
+    """What the cluster says of one workload."""
+
+    changes: tuple[LiveChange, ...] = ()
+    replicas_now: int | None = None
+    gpus_per_replica: float | None = None
+    controllers: tuple[str, ...] = ()
+    problem: str | None = None  # why it could not be read
+
+
+async def read_advice(
+    nc: NATS,
+    key: WorkloadKey | None,
+    since: float | None,
+    now: float,
+    api_versions: dict[WorkloadKey, str],
+) -> dict[WorkloadKey, list[Advice]]:
+    """Each workload's advice, oldest first; ``api_versions`` gets each target's API version."""
+    js = jetstream(nc)
+    try:
+        info = await js.stream_info(subjects.ADVICE_STREAM, subjects_filter=subjects.ADVICE_ALL)
+    except NotFoundError:
+        return {}
+    wanted = [subjects.advice(key)] if key is not None else sorted(info.state.subjects or {})
+    found: dict[WorkloadKey, list[Advice]] = {}
+    for subject in wanted:
+        seq = 1
+        while True:
+            try:
+                raw = await js.get_msg(subjects.ADVICE_STREAM, seq=seq, subject=subject, next=True)
+            except NotFoundError:
+                break
+            seq = int(raw.seq or seq) + 1
+            try:
+                d = codec.decode(raw.data or b"", Decision, now)
+            except WireError:
+                continue  # the stream takes only the decider's publishes; a bad one is skipped, not fatal
+            if since is not None and d.ts < since:
+                continue
+            key_found = subjects.parse_workload(subject, "advice")
+            found.setdefault(key_found, []).append(Advice(d.ts, d.from_replicas, d.to_replicas, d.reason))
+            api_versions[key_found] = d.api_version or api_versions.get(key_found) or "apps/v1"
+    return found
+
+
+def gpus_in_template(obj: dict[str, Any]) -> float | None:
+    containers = (((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    total = 0.0
+    for c in containers:
+        limits = (c.get("resources") or {}).get("limits") or {}
+        for name in GPU_RESOURCES:
+            try:
+                total += float(limits.get(name) or 0)
+            except (TypeError, ValueError):
+                continue
+    return total or None
+
+
+def hpa_changes(hpa: str, events: list[dict[str, Any]]) -> list[LiveChange]:
+    out: list[LiveChange] = []
+    for e in events:
+        if e.get("reason") != "SuccessfulRescale":
+            continue
+        m = _NEW_SIZE.match(str(e.get("message") or e.get("note") or ""))
+        ts = parse_time(e.get("lastTimestamp")) or parse_time(e.get("eventTime"))
+        if m and ts is not None:
+            out.append(LiveChange(ts, int(m.group(1)), hpa))
+    return out
+
+
+async def read_live(kubeconfig: Path, key: WorkloadKey, api_version: str) -> Live:
+    from gpuscale.kube import KubeError, ScaleClient, new_api_client, request_json
+
+    api = await new_api_client(kubeconfig)
+    try:
+        scales = ScaleClient(api)
+        ref = ScaleTargetRef(api_version, key.kind, key.name, key.namespace)
+        obj = await scales.get_object(ref)
+        replicas = (await scales.get(ref)).replicas
+        hpas = await request_json(
+            api, "GET", f"/apis/autoscaling/v2/namespaces/{key.namespace}/horizontalpodautoscalers"
+        )
+        changes: list[LiveChange] = []
+        controllers: list[str] = []
+        for hpa in hpas.get("items") or []:
+            target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+            if (target.get("kind"), target.get("name")) != (key.kind, key.name):
+                continue
+            name = str((hpa.get("metadata") or {}).get("name"))
+            who = f"HorizontalPodAutoscaler {key.namespace}/{name}"
+            controllers.append(who)
+            selector = f"involvedObject.kind=HorizontalPodAutoscaler,involvedObject.name={name}"
+            events = await request_json(
+                api, "GET", f"/api/v1/namespaces/{key.namespace}/events?fieldSelector={selector}"
+            )
+            changes.extend(hpa_changes(who, events.get("items") or []))
+        return Live(tuple(changes), replicas, gpus_in_template(obj), tuple(controllers))
+    except KubeError as e:
+        return Live(problem=f"the cluster could not be read: {e}")
+    finally:
+        await api.close()
+
+
+# --- output ------------------------------------------------------------------
+
+
+def _clock(ts: float) -> str:
+    return format_time(ts)
+
+
+def _lead(m: Matched, other: str) -> str:
+    if m.reached_at is None:
+        return f"{other} never reached {m.to_replicas} while this held"
+    if m.lead_s is None:
+        return f"back to where {other} was"
+    if abs(m.lead_s) < 0.5:
+        return "at the same time"
+    return f"gpuscale {abs(m.lead_s):.0f} s {'earlier' if m.lead_s > 0 else 'later'}"
+
+
+def render(key: WorkloadKey, report: Report, live: Live) -> str:
+    who = ", ".join(live.controllers) or "no HorizontalPodAutoscaler targets it"
+    lines = [
+        f"{key.namespace}/{key.kind}/{key.name}: {who}; {report.gpus_per_replica:g} GPU(s) per replica",
+        f"  {_clock(report.start)} .. {_clock(report.end)}",
+    ]
+    if live.problem:
+        lines.append(f"  live changes from the decider's view only: {live.problem}")
+    lines.append("  GPUSCALE ADVISED")
+    for m in report.advised:
+        parts = [f"    {_clock(m.ts)}  {m.from_replicas} → {m.to_replicas}"]
+        if m.reached_at is not None and m.lead_s is not None:
+            parts.append(f"live reached it at {_clock(m.reached_at)}")
+        parts.append(_lead(m, "the live count"))
+        lines.append("  ".join(parts))
+    if not report.advised:
+        lines.append("    no change advised")
+    lines.append("  LIVE CHANGES")
+    for m in report.live:
+        lines.append(
+            f"    {_clock(m.ts)}  {m.from_replicas} → {m.to_replicas}  ({m.source})  {_lead(m, 'gpuscale')}"
+        )
+    if not report.live:
+        lines.append("    none seen")
+    lines.append(
+        f"  GPU-seconds: following gpuscale would have used {report.extra_gpu_s:,.0f} more "
+        f"and {report.saved_gpu_s:,.0f} fewer (net {report.net_gpu_s:+,.0f})"
+    )
+    return "\n".join(lines)
+
+
+def as_json(key: WorkloadKey, report: Report, live: Live) -> dict[str, Any]:
+    return {
+        "workload": {"namespace": key.namespace, "kind": key.kind, "name": key.name},
+        "controllers": list(live.controllers),
+        "problem": live.problem,
+        **asdict(report),
+        "net_gpu_s": report.net_gpu_s,
+    }
+
+
+async def _run(settings: ShadowReportSettings) -> int:
+    try:
+        nc = await asyncio.wait_for(
+            connect(settings.nats_url, ServiceMetrics("shadow_report"), name="gpuscale-shadow-report"), 10
+        )
+    except Exception as e:  # noqa: BLE001 - any failure to connect is the same answer for a CLI
+        print(
+            f"gpuscale shadow-report: cannot reach NATS at {','.join(settings.nats_url)}: {type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        reports = await build_reports(settings, nc, time.time())
+    except Exception as e:  # noqa: BLE001 - NATS or the cluster failed mid-read: say so, exit 1
+        print(f"gpuscale shadow-report: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        await drain(nc)
+    if not reports:
+        print("No shadow advice (no GPUScaler with spec.mode Shadow has advised yet).", file=sys.stderr)
+        return 0
+    if settings.output == "json":
+        print(json.dumps([as_json(*r) for r in reports], indent=2))
+    else:
+        print("\n\n".join(render(*r) for r in reports))
+    return 0
+
+
+async def build_reports(
+    settings: ShadowReportSettings, nc: NATS, now: float
+) -> list[tuple[WorkloadKey, Report, Live]]:
+    api_versions: dict[WorkloadKey, str] = {}
+    since = now - settings.since_s if settings.since_s else None
+    advice = await read_advice(nc, settings.workload, since, now, api_versions)
+    out: list[tuple[WorkloadKey, Report, Live]] = []
+    for key, items in sorted(advice.items()):
+        live = (
+            Live(problem="no --kubeconfig")
+            if settings.kubeconfig is None
+            else await read_live(settings.kubeconfig, key, api_versions[key])
+        )
+        gpus = settings.gpus_per_replica or live.gpus_per_replica or 1.0
+        report = compare(items, live.changes, end=now, live_now=live.replicas_now, gpus_per_replica=gpus)
+        if report is not None:
+            out.append((key, report, live))
+    return out
+
+
+def main(settings: ShadowReportSettings) -> int:
+    configure("shadow-report", "warning")
+    try:
+        return asyncio.run(_run(settings))
+    except KeyboardInterrupt:
+        return 0
