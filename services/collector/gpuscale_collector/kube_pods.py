@@ -17,6 +17,7 @@ from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import get_logger
 from gpuscale.wire import WorkloadRef
 from gpuscale_collector.core.cgroup import container_id_of_status
+from gpuscale_collector.core.engines import SCRAPE_ANNOTATIONS
 from gpuscale_collector.core.workloads import (
     NeedReplicaSet,
     OwnerRef,
@@ -43,6 +44,7 @@ def pod_info_of(pod: Any) -> PodInfo:
     for condition in (status.conditions or ()) if status else ():
         if condition.type == "Ready":
             ready = condition.status == "True"
+    annotations = {k: v for k, v in (meta.annotations or {}).items() if k in SCRAPE_ANNOTATIONS}
     return PodInfo(
         uid=meta.uid or "",
         namespace=meta.namespace,
@@ -50,11 +52,14 @@ def pod_info_of(pod: Any) -> PodInfo:
         owners=owners,
         containers=containers,
         ready=ready,
+        ip=(status.pod_ip or "") if status else "",
+        annotations=annotations or None,
     )
 
 
 class NodePods:
-    """Live view of this node's pods: uid → PodInfo and (ns, pod) → workload."""
+    """Live view of this node's pods: uid → PodInfo and (ns, pod) → workload
+    (each pod's IP and scrape annotations too: the engine scraper's targets)."""
 
     def __init__(self, node: str, kubeconfig: Path | None) -> None:
         self.node = node
