@@ -255,7 +255,9 @@ async def test_a_pod_loading_its_model_does_not_answer_yet() -> None:
         await sim.create(gpu_workload("llm", 1, pod_annotations=vllm_annotations(18002)))
 
         def ip() -> str:
-            (pod,) = sim.pods()
+            pods = sim.pods()
+            assert len(pods) == 1
+            pod = pods[0]
             assert pod.get("status", {}).get("podIP")
             return str(pod["status"]["podIP"])
 
