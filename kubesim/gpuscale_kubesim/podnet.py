@@ -96,6 +96,8 @@ class PodServers:
         self._by_address: dict[tuple[str, int], tuple[str, str]] = {}  # (ip, port) -> (uid, path)
         self._once = OncePerKey()
         self._log = get_logger(component="kube-sim-pod-servers")
+        # A fault for tests and demos: every pod's /metrics answers this much later.
+        self.stall_s = 0.0
 
     async def start(self) -> None:
         await self._runner.setup()
@@ -135,6 +137,8 @@ class PodServers:
             return web.Response(status=404, text="404 page not found\n")
         if request.method not in ("GET", "HEAD"):
             return web.Response(status=405, text="method not allowed\n")
+        if self.stall_s > 0:
+            await asyncio.sleep(self.stall_s)
         text = self.cluster.engine_metrics(entry[0])
         if text is None:
             return web.Response(status=503, text="engine not ready\n")

@@ -147,7 +147,9 @@ def test_several_engines_in_one_pod_add_up() -> None:
     assert r.engines == ("sglang", "vllm")
     assert r.requests_waiting == 2826.0
     assert r.kv_cache_usage == pytest.approx(14.0)  # mean of vLLM's 0 % and SGLang's 28 %
-    assert r.signals() is not None and r.signals().name == "sglang+vllm"  # type: ignore[union-attr]
+    signals = r.signals()
+    assert signals is not None
+    assert signals.name == "sglang+vllm"
 
 
 @pytest.mark.parametrize(
@@ -200,7 +202,7 @@ def test_a_broken_line_elsewhere_does_not_break_the_read() -> None:
 
 
 def test_a_broken_line_of_ours_is_a_parse_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="could not convert"):
         read('# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine="0" 3\n')
 
 

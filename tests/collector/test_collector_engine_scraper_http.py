@@ -6,6 +6,7 @@ real listening socket on 127.0.0.1 named by its pod's annotation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -196,7 +197,7 @@ async def test_a_dead_pod_backs_off_logs_once_and_recovers() -> None:
     loop = asyncio.get_running_loop()
     with capture_logs() as logs:
         attempts = 0
-        for i in range(FAILURES_BEFORE_BACKOFF + 3):
+        for _ in range(FAILURES_BEFORE_BACKOFF + 3):
             s.round(pods, loop.time())  # rounds back to back: well inside the first backoff
             await settled(s)
             attempts = int(
@@ -235,10 +236,8 @@ async def test_concurrency_is_bounded() -> None:
         nonlocal inside, most
         inside += 1
         most = max(most, inside)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(release.wait(), 0.2)
-        except TimeoutError:
-            pass
         inside -= 1
         return web.Response(text=VLLM)
 
