@@ -78,7 +78,7 @@ class KubeSim:
         self.host = host
         self.port = port
         self.scenario = scenario
-        self.nodes = nodes if nodes is not None else (4 if scenario == "demo" else 2)
+        self.nodes = nodes if nodes is not None else (4 if scenario in ("demo", "demo-llm") else 2)
         self.gpus_per_node = gpus_per_node
         self.profile = profile
         self.rng = random.Random(seed)  # noqa: S311 - simulated noise, not security
@@ -135,6 +135,9 @@ class KubeSim:
                     raise
         if self.scenario == "demo":
             self.set_load(scenarios.DEMO_NAMESPACE, scenarios.DEMO_WORKLOAD, self.profile)
+        elif self.scenario == "demo-llm":  # both on the same trace
+            for name in scenarios.LLM_WORKLOADS:
+                self.set_load(scenarios.DEMO_NAMESPACE, name, self.profile)
         # The scenario's workloads were running before the simulation began.
         self.cluster.settle(self.cluster.now())
         app = self.api.build_app(self._add_sim_routes)

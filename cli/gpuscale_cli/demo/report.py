@@ -149,7 +149,9 @@ def violations(record: RunRecord) -> list[str]:
 # --- what users pay for (issue 14): capacity against need ---------------------------
 
 
-def needed_replicas(load: float, per_pod: float, min_replicas: int = 1, max_replicas: int | None = None) -> int:
+def needed_replicas(
+    load: float, per_pod: float, min_replicas: int = 1, max_replicas: int | None = None
+) -> int:
     """The replicas a load needs at ``per_pod`` GPU-percent each, within the limits."""
     want = max(min_replicas, math.ceil(load / per_pod - 1e-9))
     return want if max_replicas is None else min(max_replicas, want)
