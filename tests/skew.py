@@ -130,7 +130,7 @@ def with_defaults(payload: dict[str, Any], cls: type[Any]) -> dict[str, Any]:
         for f in info.fields:
             if not f.required and f.encode_name not in m:
                 if f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT:
-                    continue  # UNSET: absent stays absent (never written)
+                    continue  # defaults to UNSET: absent, and written back absent
                 default = f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
                 m[f.encode_name] = default.value if hasattr(default, "value") else default
 

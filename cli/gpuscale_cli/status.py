@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,13 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale import codec, subjects
+from gpuscale.clocks import SenderClocks
+from gpuscale.clockwatch import OFFSET_WARN_S
 from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, jetstream
 from gpuscale.settings import CommonSettings, option, path, seconds
-from gpuscale.subjects import WorkloadKey
-from gpuscale.wire import Decision, WireError, WorkloadMetrics
+from gpuscale.subjects import SubjectError, WorkloadKey
+from gpuscale.wire import Decision, SampleBatch, WireError, WorkloadMetrics
 
+NODE_SAMPLES_HEARD = 5  # batches per node decoded for its clock offset
 COLUMNS = ("NAMESPACE", "NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "LAST DECISION")
 
 
@@ -60,6 +64,21 @@ class WorkloadView:
     max_replicas: int | None = None
     replicas: int | None = None
     decision: Decision | None = None
+
+
+@dataclass
+class Clocks:
+    """Senders' clocks as this machine sees them while it listens: aggregators
+    by their metrics messages, nodes by their sample batches."""
+
+    aggregators: SenderClocks = field(default_factory=SenderClocks)
+    nodes: SenderClocks = field(default_factory=SenderClocks)
+
+    def offsets(self) -> tuple[dict[str, float], dict[str, float]]:
+        return (
+            {str(k): v for k, v in self.aggregators},
+            {str(k): v for k, v in self.nodes},
+        )
 
 
 def _num(v: float) -> str:
@@ -113,6 +132,32 @@ def render_table(views: list[WorkloadView], now: float) -> str:
     )
 
 
+def render_clocks(aggregators: dict[str, float], nodes: dict[str, float]) -> str:
+    """Purely computational: each sender's offset (arrival here minus its ``ts``;
+    positive: it is behind), judged against the median of all of them so that
+    this machine's own clock does not count. Nodes are many: only those off by
+    more than the bound are listed."""
+    everyone = [*aggregators.values(), *nodes.values()]
+    if not everyone:
+        return "Clocks: no aggregator or node heard from."
+    median = statistics.median(everyone)
+    lines = [f"CLOCKS (offset from the median of {len(everyone)} senders; positive: behind)"]
+
+    def line(kind: str, name: str, offset: float) -> str:
+        off = offset - median
+        mark = f"   more than {OFFSET_WARN_S:g} s off" if abs(off) > OFFSET_WARN_S else ""
+        return f"{kind:<11}{name:<40}{off:+8.2f} s{mark}"
+
+    lines += [line("aggregator", name, aggregators[name]) for name in sorted(aggregators)]
+    off_nodes = sorted(n for n, v in nodes.items() if abs(v - median) > OFFSET_WARN_S)
+    lines += [line("node", name, nodes[name]) for name in off_nodes]
+    if nodes:
+        within = len(nodes) - len(off_nodes)
+        lines.append(f"{'nodes':<11}{within} of {len(nodes)} within {OFFSET_WARN_S:g} s")
+    lines.append(f"{'this host':<11}{'':<40}{-median:+8.2f} s")
+    return "\n".join(lines)
+
+
 async def _last_decisions(nc: NATS, now: float) -> dict[WorkloadKey, Decision]:
     js = jetstream(nc)
     found: dict[WorkloadKey, Decision] = {}
@@ -146,22 +191,43 @@ async def _scalers(kubeconfig: Path | None) -> list[dict[str, Any]]:
         await api.close()
 
 
-async def collect(settings: StatusSettings, nc: NATS) -> list[WorkloadView]:
+async def collect(settings: StatusSettings, nc: NATS, clocks: Clocks | None = None) -> list[WorkloadView]:
+    """What NATS (and the cluster, with --kubeconfig) says of each workload;
+    with ``clocks``, the senders' clock offsets heard meanwhile."""
     views: dict[WorkloadKey, WorkloadView] = {}
 
     def view(key: WorkloadKey) -> WorkloadView:
         return views.setdefault(key, WorkloadView(key))
 
     async def on_metrics(msg: Any) -> None:
+        now = time.time()
         with contextlib.suppress(WireError):
-            m = codec.decode(msg.data, WorkloadMetrics, time.time())
+            m = codec.decode(msg.data, WorkloadMetrics, now)
             view(WorkloadKey(m.namespace, m.kind, m.name)).metrics = m.averages.to_dict()
+            if clocks is not None:
+                clocks.aggregators.place(m.source or "unnamed", m.ts, now)
+
+    heard: dict[str, int] = {}
+
+    async def on_samples(msg: Any) -> None:
+        # A few batches per node are enough for a median: decode no more.
+        if clocks is None or heard.get(msg.subject, 0) >= NODE_SAMPLES_HEARD:
+            return
+        now = time.time()
+        with contextlib.suppress(WireError, SubjectError):
+            node = subjects.parse_samples(msg.subject)
+            batch = codec.decode(msg.data, SampleBatch, now)
+            heard[msg.subject] = heard.get(msg.subject, 0) + 1
+            clocks.nodes.place(node, batch.ts, now, batch.interval_s)
 
     sub = await nc.subscribe(subjects.METRICS_ALL, cb=on_metrics)
+    samples_sub = await nc.subscribe(subjects.SAMPLES_ALL, cb=on_samples) if clocks is not None else None
     scaler_task = asyncio.create_task(_scalers(settings.kubeconfig))
     decisions = await _last_decisions(nc, time.time())
     await asyncio.sleep(settings.listen_s)
     await sub.unsubscribe()
+    if samples_sub is not None:
+        await samples_sub.unsubscribe()
     try:
         scalers = await scaler_task
     except Exception as e:  # noqa: BLE001 - Kubernetes is optional here; say so and go on with NATS alone
@@ -205,12 +271,14 @@ async def _run(settings: StatusSettings) -> int:
         return 1
     try:
         while True:
-            views = await collect(settings, nc)
+            clocks = Clocks()
+            views = await collect(settings, nc, clocks)
             table = (
                 render_table(views, time.time())
                 if views
                 else "No workloads seen (no metrics, decisions or GPUScalers)."
             )
+            table += "\n\n" + render_clocks(*clocks.offsets())
             if settings.watch and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[J")
             print(table, flush=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import structlog
@@ -72,3 +74,36 @@ class OncePerKey:
 
     def forget(self, *key: str) -> None:
         self._seen.discard(key)
+
+
+class LogThrottle:
+    """At most one line per key per ``period_s``; the lines held back meanwhile
+    are counted and reported on the next one (``suppressed=N``).
+
+    For faults a sender can repeat at will: key by our own words (the reason
+    code, the message kind), never by what the sender names (a subject, a
+    node, a pod), so that 2,000 bad subjects make one line a minute, not
+    2,000. The sender's names go into the line itself.
+    """
+
+    def __init__(
+        self, period_s: float = 60.0, clock: Callable[[], float] = time.monotonic, limit: int = 1_000
+    ) -> None:
+        self.period_s = period_s
+        self._clock = clock
+        self._limit = limit
+        self._next: dict[tuple[str, ...], float] = {}
+        self._held: dict[tuple[str, ...], int] = {}
+
+    def allow(self, *key: str) -> int | None:
+        """None: stay quiet. Otherwise log now, saying how many were held back."""
+        now = self._clock()
+        due = self._next.get(key)
+        if due is not None and now < due:
+            self._held[key] = self._held.get(key, 0) + 1
+            return None
+        if due is None and len(self._next) >= self._limit:  # bounded even if a caller errs
+            self._next.clear()
+            self._held.clear()
+        self._next[key] = now + self.period_s
+        return self._held.pop(key, 0)

@@ -39,6 +39,13 @@ from msgspec import Meta, Struct, UnsetType
 WIRE_VERSION: Final = 1
 # A clock skew allowance: producers' clocks may run ahead, but not by this much.
 MAX_FUTURE_SKEW_S: Final = 60.0
+# Counts per message, far above any real node or workload, so that one
+# message cannot make a consumer walk millions of entries: 16 GPUs of 7 MIG
+# devices is 112; MPS serves at most 48 clients per GPU; a metrics message
+# of 100,000 pods is already beyond NATS' default 1 MB payload.
+MAX_GPUS_PER_NODE: Final = 512
+MAX_OWNERS_PER_GPU: Final = 256
+MAX_PODS_PER_WORKLOAD: Final = 100_000
 HEALTH_OK: Final = "ok"
 
 # --- the limits, as types ----------------------------------------------------------
@@ -68,6 +75,8 @@ ApiVersion = Annotated[str, Meta(min_length=1, max_length=253)]
 OptionalNamespace = Annotated[str, Meta(max_length=63)]
 OptionalKind = Annotated[str, Meta(max_length=63)]
 OptionalName = Annotated[str, Meta(max_length=253)]
+# A process's name: a pod or host name, with a partition suffix where it has one.
+SenderName = Annotated[str, Meta(min_length=1, max_length=253)]
 
 
 class WireError(ValueError):
@@ -259,7 +268,7 @@ class GpuSample(_Wire, frozen=True, gc=False, kw_only=True):
     sm_active: Percent | None = None  # SM activity from NVML GPM on Hopper and newer
     mig: str | None = None  # parent GPU uuid of a MIG device
     health: Text  # "ok", or the NVML error
-    owners: tuple[GpuOwner, ...]
+    owners: Annotated[tuple[GpuOwner, ...], Meta(max_length=MAX_OWNERS_PER_GPU)]
 
 
 class SampleBatch(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
@@ -269,7 +278,7 @@ class SampleBatch(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSI
     ts: Timestamp
     seq: Count
     interval_s: IntervalS
-    gpus: tuple[GpuSample, ...]
+    gpus: Annotated[tuple[GpuSample, ...], Meta(max_length=MAX_GPUS_PER_NODE)]
 
     KIND: ClassVar[str] = "samples"
 
@@ -306,10 +315,13 @@ class WorkloadMetrics(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_V
     name: ObjectName
     ts: Timestamp
     window_s: WindowS
-    pods: tuple[PodMetrics, ...]
+    pods: Annotated[tuple[PodMetrics, ...], Meta(max_length=MAX_PODS_PER_WORKLOAD)]
     averages: MetricValues  # mean over fresh pods, as HPA averages Pods metrics
     pods_fresh: Count
     pods_stale: Count
+    # Which aggregator sent it (added in v1; absent from older ones): its readers
+    # measure each sender's clock offset by it.
+    source: SenderName | UnsetType = UNSET
 
     KIND: ClassVar[str] = "metrics"
 

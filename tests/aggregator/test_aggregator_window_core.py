@@ -255,8 +255,8 @@ def test_bucket_keeps_merged_samples_until_its_newest_leaves() -> None:
     """Two samples in one 1 s bucket: the bucket leaves with its newest sample."""
     agg = Aggregator(WindowConfig(window_s=W, bucket_s=1.0))
     base = float(int(NOW))
-    agg.ingest(encode_raw(batch(gpu(0, owner("a-1"), util=10.0), ts=base + 0.2, seq=0)), base + 1)
-    agg.ingest(encode_raw(batch(gpu(0, owner("a-1"), util=30.0), ts=base + 0.7, seq=1)), base + 1)
+    agg.ingest(encode_raw(batch(gpu(0, owner("a-1"), util=10.0), ts=base + 0.2, seq=0)), base + 0.2)
+    agg.ingest(encode_raw(batch(gpu(0, owner("a-1"), util=30.0), ts=base + 0.7, seq=1)), base + 0.7)
     (m,) = agg.snapshot(base + 0.2 + W)  # the 0.2 sample alone would be out...
     assert m.pods[0].values["gpu_util"] == pytest.approx(20.0)  # ...but shares a bucket with 0.7
     assert agg.snapshot(base + 0.7 + W) == []

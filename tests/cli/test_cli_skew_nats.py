@@ -17,7 +17,7 @@ from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS, declare_stream, headers_msg_id, jetstream
 from gpuscale.wire import Action, Decision, WorkloadMetrics
 from gpuscale_cli.demo.observer import DemoState, Observer
-from gpuscale_cli.status import StatusSettings, collect, render_table
+from gpuscale_cli.status import Clocks, StatusSettings, collect, render_clocks, render_table
 
 from ..skew import NEWER_METRICS, golden, newer, older, pack, restamp
 
@@ -31,9 +31,12 @@ def _variant(name: str, kind: str, cls: type[Any]) -> dict[str, Any]:
     return newer(base, cls) if kind == "newer" else older(base, cls)
 
 
-async def _keep_publishing(nc: NATS, subject: str, payload: dict[str, Any], stop: asyncio.Event) -> None:
+async def _keep_publishing(
+    nc: NATS, subject: str, payload: dict[str, Any], stop: asyncio.Event, skew_s: float = 0.0
+) -> None:
+    """``payload`` again and again, stamped on a clock ``skew_s`` ahead."""
     while not stop.is_set():
-        await nc.publish(subject, pack(restamp(payload, time.time())))
+        await nc.publish(subject, pack(restamp(payload, time.time() + skew_s)))
         await nc.flush()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.1)
@@ -96,3 +99,26 @@ async def test_the_demo_observer_follows_another_versions_messages(nats_client: 
         assert [(a.outcome, a.replicas_after) for a in state.record.actions] == [("applied", 3)]
     finally:
         await api.close()
+
+
+async def test_status_hears_the_senders_clocks(nats_server: EmbeddedNats, nats_client: NATS) -> None:
+    """An aggregator 20 s behind and a node 10 s ahead, measured while status listens."""
+    metrics = {**restamp(golden("metrics"), time.time() - 20), "source": "aggregator-7"}
+    samples = golden("samples")
+    stop = asyncio.Event()
+    publishers = [
+        asyncio.create_task(_keep_publishing(nats_client, subjects.metrics(KEY), metrics, stop, -20.0)),
+        asyncio.create_task(
+            _keep_publishing(nats_client, subjects.samples(samples["node"]), samples, stop, 10.0)
+        ),
+    ]
+    clocks = Clocks()
+    try:
+        await collect(StatusSettings(nats_url=(nats_server.url,), listen_s=1.0), nats_client, clocks)
+    finally:
+        stop.set()
+        await asyncio.gather(*publishers)
+    aggregators, nodes = clocks.offsets()
+    assert aggregators["aggregator-7"] == pytest.approx(20.0, abs=1.0)
+    assert nodes[samples["node"]] == pytest.approx(-10.0, abs=1.0)
+    assert "aggregator-7" in render_clocks(aggregators, nodes)

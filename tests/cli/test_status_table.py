@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuscale.subjects import WorkloadKey
 from gpuscale.wire import Decision
-from gpuscale_cli.status import WorkloadView, render_table, targets_text
+from gpuscale_cli.status import WorkloadView, render_clocks, render_table, targets_text
 
 NOW = 1_800_000_000.0
 
@@ -74,3 +74,24 @@ def test_unknowns_are_spelled_out() -> None:
     assert "<unknown>" in row
     assert "<unset>" in row
     assert row.endswith("<none>")
+
+
+def test_clocks_are_shown_against_the_fleet_not_this_host() -> None:
+    """This host 5 s ahead of everyone: every sender looks 5 s behind it, and
+    that is this host's offset, not theirs; one node really off is named."""
+    text = render_clocks(
+        {"aggregator-0": 5.5},
+        {**{f"node-{i}": 5.0 for i in range(20)}, "node-late": 15.0},
+    )
+    lines = text.splitlines()
+    assert lines[0].startswith("CLOCKS (offset from the median of 22 senders")
+    assert lines[1].split() == ["aggregator", "aggregator-0", "+0.50", "s"]
+    assert lines[2].split()[:3] == ["node", "node-late", "+10.00"]
+    assert "more than 2 s off" in lines[2]
+    assert lines[3].split() == ["nodes", "20", "of", "21", "within", "2", "s"]
+    assert lines[4].split() == ["this", "host", "-5.00", "s"]
+    assert not any(line.startswith("node ") and "node-1 " in line for line in lines)
+
+
+def test_clocks_with_nobody_heard() -> None:
+    assert render_clocks({}, {}) == "Clocks: no aggregator or node heard from."

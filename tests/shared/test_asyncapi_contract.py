@@ -138,7 +138,10 @@ def _expected(t: Any) -> dict[str, Any]:
     if isinstance(t, insp.StructType):
         return {"ref": t.cls.__name__}
     if isinstance(t, insp.ListType | insp.VarTupleType):
-        return {"type": {"array"}, "items": _expected(t.item_type).get("ref")}
+        out = {"type": {"array"}, "items": _expected(t.item_type).get("ref")}
+        if t.max_length is not None:
+            out["maxItems"] = t.max_length
+        return out
     if isinstance(t, insp.DictType):
         return {"type": {"object"}}
     raise AssertionError(f"no schema rule for {t!r}")
@@ -157,7 +160,7 @@ def _documented(prop: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]
         return {"ref": ref}
     types = resolved.get("type")
     out: dict[str, Any] = {"type": set(types) if isinstance(types, list) else {types}}
-    for key in ("minimum", "maximum", "minLength", "maxLength", "enum"):
+    for key in ("minimum", "maximum", "minLength", "maxLength", "maxItems", "enum"):
         if key in resolved:
             out[key] = resolved[key]
     if "items" in resolved:

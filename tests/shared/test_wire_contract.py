@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 from gpuscale.codec import Reader, decode, encode, encode_raw
 from gpuscale.wire import (
     ERROR_CODES,
+    MAX_GPUS_PER_NODE,
+    MAX_OWNERS_PER_GPU,
+    MAX_PODS_PER_WORKLOAD,
     Action,
     Decision,
     SampleBatch,
@@ -103,6 +106,18 @@ INVALID = [
     pytest.param(batch, _set("ts", NOW + 61), "future_timestamp", id="ts-61s-ahead"),
     pytest.param(batch, _set("interval_s", 0), "out_of_range", id="interval-zero"),
     pytest.param(batch, _set("gpus", {}), "wrong_type", id="gpus-not-list"),
+    pytest.param(
+        lambda: batch(gpus=tuple(gpu(i) for i in range(MAX_GPUS_PER_NODE + 1))),
+        lambda m: None,
+        "out_of_range",
+        id="gpus-more-than-a-node-has",
+    ),
+    pytest.param(
+        lambda: metrics(pods=metrics().pods * (MAX_PODS_PER_WORKLOAD + 1)),
+        lambda m: None,
+        "out_of_range",
+        id="metrics-more-pods-than-allowed",
+    ),
     pytest.param(metrics, _set("averages.gpu_util", 101.0), "out_of_range", id="metrics-util-over-100"),
     pytest.param(metrics, _set("averages.gpu_util", float("inf")), "not_finite", id="metrics-util-inf"),
     pytest.param(metrics, _set("averages.gpu_util", None), "wrong_type", id="metrics-known-metric-null"),
@@ -162,6 +177,11 @@ BAD_GPU_ENTRIES = [
     ),
     pytest.param(_set("gpus.0", "not a gpu"), "wrong_type", id="entry-not-a-map"),
     pytest.param(_set("gpus.0.owners.0.ready", "yes"), "wrong_type", id="owner-ready-not-bool"),
+    pytest.param(
+        lambda m: m["gpus"][0].__setitem__("owners", m["gpus"][0]["owners"] * (MAX_OWNERS_PER_GPU + 1)),
+        "out_of_range",
+        id="more-owners-than-a-gpu-serves",
+    ),
 ]
 
 

@@ -74,7 +74,7 @@ from gpuscale.kube import (
     scale_state_from_object,
 )
 from gpuscale.leader import LeaderElector
-from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, declare_kv, declare_stream, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
@@ -191,6 +191,7 @@ class Actuator:
         self.hooks = hooks
         self.policies = policies
         self.once = OncePerKey()
+        self.throttle = LogThrottle()  # rejected decisions: by reason, once a minute
         self.log = get_logger(service=SERVICE, identity=elector.identity)
         self.reader = codec.Reader(Decision, on_unknown=base_metrics.unknown_field)
         # (group, kind) whose objects RBAC lets us not read or patch: /scale only.
@@ -257,8 +258,11 @@ class Actuator:
 
     def _reject(self, subject: str, e: WireError) -> None:
         self.base_metrics.messages_rejected.labels(kind=Decision.KIND, reason=e.code).inc()
-        if self.once.first(subject, e.code):
-            self.log.warning("decision_rejected", subject=subject, reason=e.code, detail=e.detail)
+        held = self.throttle.allow("decision", e.code)
+        if held is not None:
+            self.log.warning(
+                "decision_rejected", subject=subject[:200], reason=e.code, detail=e.detail, suppressed=held
+            )
 
     async def _apply(self, decision: Decision, now: float, msg: Any) -> Result:
         early = too_old_step(decision, now, self.settings.max_decision_age)

@@ -26,12 +26,13 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
+from gpuscale.clockwatch import ClockWatch
 from gpuscale.codec import Reader
-from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, declare_stream, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.subjects import SubjectError, WorkloadKey
-from gpuscale.wire import SampleBatch, WireError
+from gpuscale.wire import SampleBatch, WireError, WorkloadMetrics
 
 from .core import scaleout
 from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, REJECTED, Aggregator
@@ -51,6 +52,8 @@ HELD_LIMIT: Final = 200_000
 # so a long cycle does not hold incoming batches back.
 PUBLISH_SLICE: Final = 100
 GC_GEN0_THRESHOLD: Final = 20_000
+DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024  # NATS' own default, until the server says
+CLOCK_CHECK_S: Final = 10.0  # how often nodes' clock offsets are looked at for the log
 # Processing-time histograms observe one batch in this many (cheap hot path).
 OBSERVE_EVERY: Final = 8
 _FAST_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -109,7 +112,8 @@ class AggregatorMetrics:
         )
         self.batch_age = Histogram(
             "gpuscale_aggregator_batch_age_seconds",
-            f"Batch ts to window updated: transit + queueing + processing (1 in {OBSERVE_EVERY} observed)",
+            f"Batch ts to window updated: transit + queueing + processing, and its node's clock offset "
+            f"(1 in {OBSERVE_EVERY} observed)",
             buckets=_AGE_BUCKETS,
             registry=registry,
         )
@@ -119,6 +123,16 @@ class AggregatorMetrics:
         self.replayed = Counter(
             "gpuscale_aggregator_replayed_batches_total",
             "Batches read back from the stream at start-up",
+            registry=registry,
+        )
+        self.too_large_total = Counter(
+            "gpuscale_aggregator_metrics_too_large_total",
+            "Metrics messages not published: larger than the NATS server's max_payload",
+            registry=registry,
+        )
+        self.too_large = Gauge(
+            "gpuscale_aggregator_workloads_too_large",
+            "Workloads whose metrics message exceeded max_payload in the last publish cycle",
             registry=registry,
         )
         self.backlog = Gauge(
@@ -140,18 +154,30 @@ class AggregatorService:
                 window_s=self.settings.window_s,
                 bucket_s=self.settings.bucket_s,
                 stale_intervals=self.settings.stale_intervals,
+                source=self.settings.source,
             ),
             on_unknown=ctx.metrics.unknown_field,
         )
         self.m = AggregatorMetrics(ctx)
+        self.clock_watch = ClockWatch(
+            self.core.clocks,
+            ctx.metrics.registry,
+            name="gpuscale_aggregator_node_clock_offset_seconds",
+            documentation="Each node's usual batch arrival minus its ts (median of recent batches): "
+            "its clock's offset from this aggregator's, plus transit. Batches are placed by arrival.",
+            label="node",
+        )
+        self._next_clock_check = 0.0
         # The split stage (scale-out) reads node batches with a reader of its own.
         self.split_reader = Reader(SampleBatch, on_unknown=ctx.metrics.unknown_field)
         self.log = get_logger(service=SERVICE)
         self.once = OncePerKey()
+        # What senders can repeat at will is logged by our own reason codes, once a minute.
+        self.throttle = LogThrottle()
         self.nc: NATS | None = None
         self.replay_done = False
         # Live messages held while the replay runs; None once live.
-        self._held: list[tuple[str, bytes]] | None = []
+        self._held: list[tuple[str, bytes, float]] | None = []
         self._node_by_token: dict[str, str] = {}
         self._subject_by_workload: dict[tuple[str, str, str], str] = {}
         self._tick = 0
@@ -167,7 +193,7 @@ class AggregatorService:
         held = self._held
         if held is not None:
             if len(held) < HELD_LIMIT:
-                held.append((msg.subject, msg.data))
+                held.append((msg.subject, msg.data, time.time()))  # placed by when it arrived
             else:  # bounded memory while JetStream is slow to replay
                 self.m.ignored.labels(reason="held_overflow").inc()
             return
@@ -216,21 +242,25 @@ class AggregatorService:
             if observe:
                 done = time.perf_counter()
                 self.m.process_seconds.observe(done - started)
-                self.m.batch_age.observe(max(0.0, time.time() - result.ts))
+                self.m.batch_age.observe(max(0.0, time.time() - batch.ts))
         elif status in (REJECTED, NODE_MISMATCH):
             self._reject(result.reason, result.detail, result.node or subject_node or "")
         elif overlap and status == DUPLICATE:
             self.m.ignored.labels(reason="replay_overlap").inc()
         else:
             self.m.ignored.labels(reason=status).inc()
-            if self.once.first("ignored", result.node, status):
-                self.log.info("batch_ignored", node=result.node, reason=status)
+            held = self.throttle.allow("ignored", status)
+            if held is not None:
+                self.log.info("batch_ignored", node=result.node, reason=status, suppressed=held)
 
     def _count_rejected_gpus(self, node: str, rejected: Sequence[tuple[int, WireError]]) -> None:
         for _, err in rejected:
             self.m.gpus_rejected.labels(reason=err.code).inc()
-            if self.once.first("gpu", node, err.code):
-                self.log.warning("gpu_sample_rejected", node=node, reason=err.code, detail=err.detail)
+            held = self.throttle.allow("gpu", err.code)
+            if held is not None:
+                self.log.warning(
+                    "gpu_sample_rejected", node=node, reason=err.code, detail=err.detail, suppressed=held
+                )
 
     def _metrics_subject(self, workload: tuple[str, str, str]) -> str:
         subject = self._subject_by_workload.get(workload)
@@ -254,8 +284,11 @@ class AggregatorService:
 
     def _reject(self, reason: str, detail: str, source: str) -> None:
         self.m.rejected.labels(kind=KIND, reason=reason).inc()
-        if self.once.first("batch", source, reason):
-            self.log.warning("batch_rejected", source=source, reason=reason, detail=detail[:300])
+        held = self.throttle.allow("batch", reason)
+        if held is not None:
+            self.log.warning(
+                "batch_rejected", source=source[:200], reason=reason, detail=detail[:300], suppressed=held
+            )
 
     # --- scale-out: the split stage ---------------------------------------------
 
@@ -306,9 +339,8 @@ class AggregatorService:
                 await sleep_unless_stopped(self.ctx.stop, 1.0)
         # Feed what arrived live meanwhile, then switch to live handling.
         held, self._held = self._held or [], None
-        now = time.time()
-        for subject, data in held:
-            self.handle(subject, data, now, overlap=True)
+        for subject, data, arrival in held:
+            self.handle(subject, data, arrival, overlap=True)
         elapsed = time.monotonic() - started
         self.m.replay_seconds.set(elapsed)
         self.replay_done = True
@@ -349,10 +381,11 @@ class AggregatorService:
                     msgs = await sub.fetch(REPLAY_FETCH, timeout=1.0)
                 except TimeoutError:
                     break  # nothing more (the tail expired, or a filtered partition ended early)
-                now = time.time()
                 reached = False
                 for msg in msgs:
-                    self.handle(msg.subject, msg.data, now)
+                    # Placed by when the stream stored it (the NATS server's clock), so a
+                    # restart puts every sample back where the live path had put it.
+                    self.handle(msg.subject, msg.data, msg.metadata.timestamp.timestamp())
                     count += 1
                     if msg.metadata.sequence.stream >= last_seq:
                         reached = True
@@ -385,11 +418,17 @@ class AggregatorService:
         started = slice_started = time.perf_counter()
         busy = 0.0
         now = time.time()
-        published = 0
+        published = too_large = 0
+        limit = nc.max_payload if nc is not None and nc.max_payload else DEFAULT_MAX_PAYLOAD
         for workloads, (workload, message) in enumerate(self.core.iter_messages(now), start=1):
             if message is not None and nc is not None:
+                data = codec.encode(message)
+                if len(data) > limit:
+                    too_large += 1
+                    self._too_large(workload, message, len(data), limit)
+                    continue
                 try:
-                    await nc.publish(self._metrics_subject(workload), codec.encode(message))
+                    await nc.publish(self._metrics_subject(workload), data)
                     published += 1
                 except Exception as e:  # noqa: BLE001 - NATS away: the next cycle publishes fresh values
                     if self.once.first("publish", type(e).__name__):
@@ -400,15 +439,37 @@ class AggregatorService:
                 slice_started = time.perf_counter()
         if published:
             self.m.metrics_out.inc(published)
+        self.m.too_large.set(too_large)
         done = time.perf_counter()
         self.m.publish_seconds.observe(busy + done - slice_started)
         self.m.publish_wall_seconds.observe(done - started)
         self.m.workloads.set(self.core.store.workload_count)
         self.m.pods.set(self.core.store.pod_count)
+        if now >= self._next_clock_check:
+            self._next_clock_check = now + CLOCK_CHECK_S
+            self.clock_watch.check()
         sub = self._live_sub
         if sub is not None:
             self.m.backlog.set(sub.pending_msgs)
         return published
+
+    def _too_large(
+        self, workload: tuple[str, str, str], message: WorkloadMetrics, size: int, limit: int
+    ) -> None:
+        """A message NATS would refuse: its workload gets no metrics (the decider
+        says so in its status); counted, and the workload named in the log."""
+        self.m.too_large_total.inc()
+        held = self.throttle.allow("too_large")
+        if held is not None:
+            self.log.error(
+                "metrics_too_large",
+                workload="/".join(workload),
+                pods=len(message.pods),
+                bytes=size,
+                max_payload=limit,
+                suppressed=held,
+                detail="raise max_payload in nats.conf (NATS allows up to 64 MB; 8 MB is its advice)",
+            )
 
     # --- life cycle ------------------------------------------------------------------
 

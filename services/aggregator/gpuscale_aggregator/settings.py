@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuscale.settings import CommonSettings, choice, option, port, positive_float, seconds
+from gpuscale.settings import (
+    CommonSettings,
+    choice,
+    default_identity,
+    non_empty,
+    option,
+    port,
+    positive_float,
+    seconds,
+)
 
 
 def partition_spec(text: str) -> tuple[int, int] | None:
@@ -71,6 +80,18 @@ class AggregatorSettings(CommonSettings):
         help="scale-out: own partition i of N workloads (i/N); needs the NATS server mapping in scaleout.py",
         metavar="I/N",
     )
+
+    identity: str = option(
+        "",
+        "--identity",
+        env="GPUSCALE_IDENTITY",
+        parse=non_empty,
+        help="this aggregator's name in its metrics messages (empty: host name and pid)",
+    )
+
+    @property
+    def source(self) -> str:
+        return self.identity or default_identity()
 
     def __post_init__(self) -> None:
         if self.publish_interval_s > self.window_s:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
+from gpuscale.clocks import SenderClocks
+from gpuscale.clockwatch import ClockWatch
 from gpuscale.codec import Reader
 from gpuscale.kube import KubeError
-from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import SubjectError, WorkloadKey, parse_workload
 from gpuscale.wire import Action, Decision, WireError, WorkloadMetrics
@@ -42,6 +44,10 @@ from gpuscale_decider.registry import NoStatus, Registry, StatusSink, Workload
 from gpuscale_decider.sources import PodSource, ScaleSource, StateStore
 
 Publish = Callable[[Decision], Awaitable[None]]
+# Aggregators whose clocks are tracked: a handful in any deployment; bounded
+# so that forged source names cannot grow the gauge.
+MAX_AGGREGATORS: Final = 64
+UNNAMED_AGGREGATOR: Final = "unnamed"  # one older than the source field
 
 
 class Decider:
@@ -67,6 +73,7 @@ class Decider:
         self.config = config
         self.registry = Registry(self.m, self.status, lambda: self.clock())
         self._once = OncePerKey()
+        self._throttle = LogThrottle()  # rejected messages: by kind and reason, once a minute
         self._subject_keys: dict[str, WorkloadKey] = {}
         self._sending: set[asyncio.Task[None]] = set()
         self._messages_in = metrics.messages_in.labels(kind="metrics")
@@ -76,6 +83,17 @@ class Decider:
         self._reader = Reader(WorkloadMetrics, on_unknown=metrics.unknown_field)
         self._actions_reader = Reader(Action, on_unknown=metrics.unknown_field)
         self.log = get_logger(component="decider")
+        # Aggregators' clocks, for operators: freshness is judged on arrival, so an
+        # aggregator whose clock is off is shown and logged, not obeyed.
+        self.clocks = SenderClocks(max_senders=MAX_AGGREGATORS)
+        self.clock_watch = ClockWatch(
+            self.clocks,
+            metrics.registry,
+            name="gpuscale_decider_aggregator_clock_offset_seconds",
+            documentation="Each aggregator's usual metrics arrival minus its ts (median of recent "
+            "messages): its clock's offset from this decider's, plus transit",
+            label="aggregator",
+        )
 
     @property
     def workloads(self) -> dict[WorkloadKey, Workload]:
@@ -107,6 +125,7 @@ class Decider:
         if w is None:
             self.m.unmatched.inc()
             return
+        self.clocks.place(m.source or UNNAMED_AGGREGATOR, m.ts, now)
         # The newest arrival wins: ordering and freshness on this process's clock.
         w.observation = observation_of(m, now)
         await self.evaluate(w, now)
@@ -147,9 +166,15 @@ class Decider:
     def _reject(self, kind: str, subject: str, e: WireError | SubjectError) -> None:
         reason = e.code if isinstance(e, WireError) else "bad_subject"
         self.metrics.messages_rejected.labels(kind=kind, reason=reason).inc()
-        if self._once.first(kind, reason):
+        held = self._throttle.allow(kind, reason)
+        if held is not None:
             self.log.warning(
-                "message_rejected", kind=kind, subject=subject[:200], reason=reason, detail=str(e)[:300]
+                "message_rejected",
+                kind=kind,
+                subject=subject[:200],
+                reason=reason,
+                detail=str(e)[:300],
+                suppressed=held,
             )
 
     # --- one evaluation ----------------------------------------------------------------
@@ -282,6 +307,7 @@ class Decider:
     async def tick(self, interval_s: float) -> None:
         """Re-evaluate workloads that got no metrics for a while (staleness,
         fallback, pending timeouts), and save changed state."""
+        self.clock_watch.check()
         if not self.is_leader():
             return
         now = self.clock()

@@ -31,7 +31,7 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter, Gauge
 
 from gpuscale import codec, subjects
-from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, drain, is_connected
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.subjects import SubjectError, WorkloadKey
@@ -91,6 +91,7 @@ class KedaScalerService:
         self.m = KedaScalerMetrics(ctx)
         self.log = get_logger(service=SERVICE)
         self.once = OncePerKey()
+        self.throttle = LogThrottle()  # rejected messages: by reason, once a minute
         self.nc: NATS | None = None
         self.grpc_port = 0
         self.api_port = 0
@@ -142,8 +143,11 @@ class KedaScalerService:
 
     def _reject(self, reason: str, detail: str, source: str) -> None:
         self.m.rejected.labels(kind=KIND, reason=reason).inc()
-        if self.once.first("metrics", source, reason):
-            self.log.warning("metrics_rejected", source=source, reason=reason, detail=detail[:300])
+        held = self.throttle.allow("metrics", reason)
+        if held is not None:
+            self.log.warning(
+                "metrics_rejected", source=source[:200], reason=reason, detail=detail[:300], suppressed=held
+            )
 
     async def changed(self, key: WorkloadKey, timeout_s: float) -> None:
         """Wait until ``key`` gets a message, at most ``timeout_s``."""

@@ -6,12 +6,20 @@ happened as values (an :class:`IngestResult`) so the shell can count and log it.
 Decoding and validation are :class:`gpuscale.codec.Reader`'s (the contract's
 one home); a GPU entry that breaks it is left out of a sound batch.
 
+Time is the aggregator's own: a batch is placed where it belongs on this
+process's clock (its arrival, corrected by its node's usual offset:
+:class:`gpuscale.clocks.SenderClocks`), never after it arrived. So a node
+whose clock is off by seconds is neither stale nor able to pin a window with
+a future ``ts``, and a batch delayed in transit lands in the past.
+
 Ordering per source (a node, or a node × workload for partitioned
 sub-batches): a batch is accepted when its ``seq`` is higher than the last
 accepted one. A ``seq`` at or below it is a duplicate (equal) or out of order
-(lower), unless the batch's ``ts`` is clearly newer than the last accepted
-batch (by more than half its interval): that is a collector that restarted
-and began counting at 0 again, and it is accepted as a ``seq_reset``.
+(lower), unless the batch is clearly newer than the last accepted one on this
+clock (by more than half its interval): that is a collector that restarted
+and began counting at 0 again (or a forged ``seq`` before it), accepted as a
+``seq_reset``. A forged high ``seq`` therefore holds a node's batches back
+for at most half an interval.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator
 from typing import Final
 
+from gpuscale.clocks import SenderClocks
 from gpuscale.codec import Reader, UnknownSink
 from gpuscale.wire import SampleBatch, WireError, WorkloadMetrics
 
@@ -42,7 +51,7 @@ class IngestResult:
         reason: str = "",
         detail: str = "",
         node: str = "",
-        ts: float = 0.0,
+        ts: float = 0.0,  # when the batch happened on this clock (its placement)
         samples: int = 0,
         rejected_gpus: tuple[tuple[int, WireError], ...] = (),
         seq_reset: bool = False,
@@ -77,11 +86,12 @@ class SeqTracker:
             return "seq_reset"
         return DUPLICATE if seq == last[0] else OUT_OF_ORDER
 
-    def forget_before(self, cutoff: float) -> None:
-        """Sources silent since ``cutoff`` are forgotten (bounded memory)."""
+    def forget_before(self, cutoff: float) -> list[Hashable]:
+        """Sources silent since ``cutoff`` are forgotten (bounded memory); which."""
         gone = [s for s, (_, ts) in self._last.items() if ts <= cutoff]
         for s in gone:
             del self._last[s]
+        return gone
 
     def __len__(self) -> int:
         return len(self._last)
@@ -93,14 +103,15 @@ class Aggregator:
         self.store = WindowStore(config)
         self.window_s = self.store.config.window_s
         self.sequences = SeqTracker()
+        self.clocks = SenderClocks()
         self.reader = Reader(SampleBatch, on_unknown=on_unknown)
 
     def ingest(
         self, data: bytes, now: float, *, subject_node: str | None = None, source: Hashable | None = None
     ) -> IngestResult:
-        """One batch as it came off the wire. ``subject_node``: the node token of
-        the subject it came on (checked against the payload); ``source``: the
-        ordering key (default: the node)."""
+        """One batch as it came off the wire at ``now`` (this process's clock).
+        ``subject_node``: the node token of the subject it came on (checked
+        against the payload); ``source``: the ordering key (default: the node)."""
         try:
             batch, rejected_gpus = self.reader.read(data, now)
         except WireError as e:
@@ -127,16 +138,17 @@ class Aggregator:
                 detail=f"payload node {node!r} on the subject of node {subject_node!r}",
                 node=subject_node,
             )
-        if ts <= now - self.window_s:
-            return IngestResult(TOO_OLD, node=node, ts=ts)
-        verdict = self.sequences.check(node if source is None else source, batch.seq, ts, batch.interval_s)
+        at = self.clocks.place(node, ts, now, batch.interval_s).at
+        if at <= now - self.window_s:
+            return IngestResult(TOO_OLD, node=node, ts=at)
+        verdict = self.sequences.check(node if source is None else source, batch.seq, at, batch.interval_s)
         if verdict in (DUPLICATE, OUT_OF_ORDER):
-            return IngestResult(verdict, node=node, ts=ts)
-        self.store.add_batch(batch)
+            return IngestResult(verdict, node=node, ts=at)
+        self.store.add_batch(batch, at)
         return IngestResult(
             ACCEPTED,
             node=node,
-            ts=ts,
+            ts=at,
             samples=len(batch.gpus),
             rejected_gpus=rejected_gpus,
             seq_reset=verdict == "seq_reset",
@@ -148,5 +160,7 @@ class Aggregator:
 
     def iter_messages(self, now: float) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
         """See :meth:`WindowStore.iter_messages`; also forgets silent sources."""
-        self.sequences.forget_before(now - self.window_s)
+        for node in self.sequences.forget_before(now - self.window_s):
+            if isinstance(node, str):
+                self.clocks.forget(node)
         return self.store.iter_messages(now)

@@ -109,6 +109,7 @@ class WindowConfig:
     window_s: float = 30.0
     bucket_s: float = 1.0
     stale_intervals: float = 3.0
+    source: str = ""  # names this aggregator in its messages (their ``source``); "": unnamed
 
     def __post_init__(self) -> None:
         if not self.window_s > 0 or not self.bucket_s > 0 or not self.stale_intervals > 0:
@@ -179,11 +180,11 @@ class WindowStore:
 
     # --- ingest -------------------------------------------------------------------
 
-    def add_batch(self, batch: SampleBatch) -> None:
+    def add_batch(self, batch: SampleBatch, at: float | None = None) -> None:
         """Add one validated batch: the hot path, kept flat. Per GPU owner one
         record write: a new open bucket (folding the previous one into the
         totals) or a merge into the open one; late samples go to :meth:`_add_late`."""
-        ts = batch.ts
+        ts = batch.ts if at is None else at  # when it happened, on this process's clock
         bucket = int(ts * self._inv_bucket)
         interval_s = batch.interval_s
         slots = self.slots
@@ -482,6 +483,7 @@ class WindowStore:
             averages=averages,
             pods_fresh=fresh,
             pods_stale=stale,
+            source=self.config.source or UNSET,
         )
 
     # --- sizes for /metrics ---------------------------------------------------

@@ -1,0 +1,123 @@
+"""Each sender's clock, seen from the receiver's: one clock per judge.
+
+Purely computational: the receiver passes its own arrival time. A message's
+``ts`` is its sender's clock; freshness, window placement and order are
+judged on the receiver's (as Prometheus stamps samples on the scraper's
+clock, and client-go judges a lease by when it saw it change, never by the
+holder's renewTime). The difference between the two clocks is measured per
+sender as the median of ``arrival - ts`` over its recent messages, so that:
+
+- a sender whose clock is off by seconds is placed where its samples belong
+  (``ts`` plus its usual offset): neither stale nor pinned in the future;
+- a message delayed in transit beyond its sender's usual offset lands in the
+  past, where it belongs: it is not fresh because its sender's clock is fast;
+- nothing is placed after its own arrival, so a future ``ts`` pins nothing;
+- a clock that steps (an NTP correction) is taken as the new offset when two
+  messages on the sender's usual cadence agree on it (a late message or a
+  buffer flushed after an outage arrives off cadence), or
+  :data:`STEP_CONFIRMATIONS` that do: a step costs one sample, a lone forged
+  or late message moves nothing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+HISTORY: Final = 15  # messages per sender in the median
+STEP_CONFIRMATIONS: Final = 3  # off-cadence messages that agree before a step is believed
+MAX_SENDERS: Final = 20_000  # bounded: a flood of sender names cannot grow memory
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    at: float  # when the message's content happened, on the receiver's clock
+    delay_s: float  # how much later than its sender's usual it arrived (negative: earlier)
+    offset_s: float  # the sender's usual arrival - ts
+
+
+def _median(values: deque[float]) -> float:
+    # statistics.median, without its generality: this runs once per message.
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+class _Sender:
+    __slots__ = ("arrived", "history", "offset", "suspects")
+
+    def __init__(self, first: float, arrival: float) -> None:
+        self.history: deque[float] = deque([first], maxlen=HISTORY)
+        self.offset = first
+        self.arrived = arrival
+        self.suspects: list[float] = []
+
+    def rebase(self, observed: list[float]) -> None:
+        self.history = deque(observed, maxlen=HISTORY)
+        self.offset = _median(self.history)
+        self.suspects = []
+
+
+class SenderClocks:
+    """The offset of every sender that has spoken recently. ``step_s``: how far
+    from its offset a message must arrive to be more than jitter."""
+
+    def __init__(self, step_s: float = 2.0, max_senders: int = MAX_SENDERS) -> None:
+        self.step_s = step_s
+        self.max_senders = max_senders
+        self._senders: dict[Hashable, _Sender] = {}
+
+    def place(
+        self, sender: Hashable, ts: float, arrival: float, interval_s: float | None = None
+    ) -> Placement:
+        """Where a message sent at ``ts`` (sender's clock) and received at
+        ``arrival`` belongs on the receiver's clock. ``interval_s``: how often the
+        sender speaks, when it has a cadence (a collector's sample interval)."""
+        observed = arrival - ts
+        s = self._senders.get(sender)
+        if s is None:
+            if len(self._senders) >= self.max_senders:
+                self._senders.pop(next(iter(self._senders)))
+            # First sight: nothing to compare with, so it arrived on time.
+            self._senders[sender] = _Sender(observed, arrival)
+            return Placement(arrival, 0.0, observed)
+        gap = arrival - s.arrived
+        s.arrived = arrival
+        delay = observed - s.offset
+        if abs(delay) <= self.step_s:
+            s.suspects = []
+            s.history.append(observed)
+            s.offset = _median(s.history)
+        else:
+            # Off by more than jitter: one late message, a buffer flushed after an
+            # outage, a forged one, or a clock that moved. Only the last repeats:
+            # believe it when the next message (on its usual cadence) or the next
+            # few (off it) tell the same story.
+            on_cadence = interval_s is not None and 0.5 * interval_s <= gap <= 1.5 * interval_s
+            s.suspects = (
+                [*s.suspects[-(STEP_CONFIRMATIONS - 1) :], observed]
+                if s.suspects or on_cadence
+                else [observed]
+            )
+            needed = 2 if on_cadence else STEP_CONFIRMATIONS
+            recent = s.suspects[-needed:]
+            tolerance = min(self.step_s, 0.5 * interval_s) if interval_s else self.step_s
+            if len(recent) == needed and max(recent) - min(recent) <= tolerance:
+                s.rebase(recent)
+                delay = observed - s.offset
+        return Placement(min(arrival, ts + s.offset), delay, s.offset)
+
+    def offset(self, sender: Hashable) -> float | None:
+        s = self._senders.get(sender)
+        return None if s is None else s.offset
+
+    def forget(self, sender: Hashable) -> None:
+        self._senders.pop(sender, None)
+
+    def __iter__(self) -> Iterator[tuple[Hashable, float]]:
+        return ((k, s.offset) for k, s in self._senders.items())
+
+    def __len__(self) -> int:
+        return len(self._senders)

@@ -1,0 +1,76 @@
+"""Senders' clock offsets on ``/metrics`` and in the log.
+
+A :class:`gpuscale.clocks.SenderClocks` measures; this shows: one gauge
+series per sender, read from the clocks at scrape time (nothing on the hot
+path, and a forgotten sender's series goes with it), and a warning logged once
+when a sender's offset passes the bound, and once more when it is back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuscale.clocks import SenderClocks
+from gpuscale.logging import get_logger
+
+OFFSET_WARN_S: Final = 2.0
+
+
+class ClockWatch(Collector):
+    """``name{label=sender}``: each sender's usual ``arrival - ts`` in seconds
+    (positive: its clock is behind this process's, or its messages take that
+    long to arrive)."""
+
+    def __init__(
+        self,
+        clocks: SenderClocks,
+        registry: CollectorRegistry,
+        *,
+        name: str,
+        documentation: str,
+        label: str,
+        warn_s: float = OFFSET_WARN_S,
+    ) -> None:
+        self.clocks = clocks
+        self.name = name
+        self.documentation = documentation
+        self.label = label
+        self.warn_s = warn_s
+        self._warned: set[str] = set()
+        self._log = get_logger(component="clocks")
+        registry.register(self)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=[self.label])
+        for sender, offset in self.clocks:
+            family.add_metric([str(sender)], offset)
+        yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.name, self.documentation, labels=[self.label])
+
+    def check(self) -> None:
+        """Log the senders that crossed the bound since the last check, either way."""
+        now_off: set[str] = set()
+        for sender, offset in self.clocks:
+            if abs(offset) > self.warn_s:
+                name = str(sender)
+                now_off.add(name)
+                if name not in self._warned:
+                    self._log.warning(
+                        "clock_offset_large",
+                        **{self.label: name},
+                        offset_s=round(offset, 3),
+                        bound_s=self.warn_s,
+                        detail="its messages are placed by arrival; check its time sync (chrony, NTP)",
+                    )
+        for name in self._warned - now_off:
+            back = self.clocks.offset(name)
+            if back is not None:  # still speaking, back within the bound
+                self._log.info("clock_offset_back", **{self.label: name}, offset_s=round(back, 3))
+        self._warned = now_off
