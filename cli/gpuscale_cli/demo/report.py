@@ -169,8 +169,10 @@ class Provisioning:
       missing and surplus GPU capacity, ``Σ max(0, needed − requested) × gpus_per_pod × dt``
       and the reverse, each point holding until the next;
     - ``scale_events``: changes of the requested count;
-    - ``max_overshoot_replicas``: how far the requested count went above the most
-      the load needed in the ``OVERSHOOT_LOOKBACK_S`` before;
+    - ``max_overshoot_replicas``: how far a scale-up went above the most the load
+      needed in the ``OVERSHOOT_LOOKBACK_S`` before it (holding replicas after the
+      load fell, as a scale-down stabilization window does, is not overshoot:
+      it shows in ``overprovisioned_gpu_s``);
     - ``oscillations``: changes that reverse the previous one while the need did
       not move their way (3 → 4 → 3 at a need of 3 is one).
     """
@@ -215,7 +217,6 @@ def provisioning(
         history.append((t, need))
         while history and history[0][0] < t - OVERSHOOT_LOOKBACK_S:
             history.pop(0)
-        overshoot = max(overshoot, requested - max(n for _, n in history))
         if i + 1 < len(points):
             dt = points[i + 1][0] - t
             under += max(0, need - requested) * gpus_per_pod * dt
@@ -228,6 +229,8 @@ def provisioning(
         if previous is not None and requested != previous:
             changes += 1
             direction = 1 if requested > previous else -1
+            if direction > 0:
+                overshoot = max(overshoot, requested - max(n for _, n in history))
             if last_change is not None and direction != last_change[0]:
                 moved = need - last_change[1]
                 if moved * direction <= 0:
