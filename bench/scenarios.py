@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale.embedded_nats import EmbeddedNats
+from gpuscale.logging import configure
 from gpuscale.policy import parse_gpuscaler
 from gpuscale_cli.demo.processes import ProcessGroup
 from gpuscale_cli.demo.report import NEEDED_PER_POD, Provisioning, provisioning
@@ -384,6 +385,7 @@ def main() -> int:
             for i in range(args.chain_runs)
         ]
     pipeline: dict[str, dict[str, list[tuple[float, float, int]]]] = {}
+    configure("bench", args.log_level)  # kube-sim runs in this process
     if not args.chain_only:
         work = Path(tempfile.mkdtemp(prefix="gpuscale-scenarios-"))
         print(f"gpuscale pipeline: logs in {work}", file=sys.stderr, flush=True)
