@@ -100,7 +100,7 @@ def test_summary_has_the_documented_fields() -> None:
 
 # --- provisioning: requested replicas against what the load needs -------------------
 
-STEP = [(float(t), 30.0 if t < 15 else 200.0) for t in range(0, 120)]  # 200 needs 3 at 70 per pod
+STEP = [(float(t), 30.0 if t < 15 else 200.0) for t in range(120)]  # 200 needs 3 at 70 per pod
 
 
 def replicas_at(changes: dict[int, int]) -> list[int]:
