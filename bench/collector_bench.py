@@ -156,7 +156,7 @@ spec:
 def start_kube_sim(work: Path, pods: int, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path, str]:
     """kube-sim with one 8-GPU node running ``pods`` vLLM-like pods at 1.5 × their capacity."""
     scenario = work / "scenario.yaml"
-    scenario.write_text(ENGINE_SCENARIO % {"pods": pods, "node": NODE})
+    scenario.write_text(ENGINE_SCENARIO % {"pods": pods, "node": "gpu-node-1"})
     kubeconfig = work / "kubeconfig"
     port = free_port()
     proc = subprocess.Popen(
