@@ -219,7 +219,7 @@ class Collector:
         # The pod watch: workloads (when the backend does not bring owners) and
         # each GPU pod's IP and metrics annotations (engine metrics).
         if kube_access and (not self.backend.provides_owners or self.settings.engine_metrics):
-            from gpuscale_collector.kube_pods import NodePods  # lazy import: pulls in kubernetes_asyncio
+            from gpuscale_collector.kube_pods import NodePods  # lazy import: reads YAML kubeconfigs
 
             self.node_pods = NodePods(self.settings.node_name, self.settings.kubeconfig)
             tasks.append(asyncio.create_task(self.node_pods.run(stop)))
