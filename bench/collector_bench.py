@@ -259,8 +259,8 @@ def engine_phase(args: argparse.Namespace, env: dict[str, str], server: Embedded
     out: dict[str, Any] = {}
     try:
         for label, engine in (
-            ("kube-sim node, pod watch, no scraping", "false"),
-            (f"kube-sim node, pod watch, {args.engine_pods} pods scraped", "true"),
+            ("kube-sim node, --engine-metrics false (no pod watch: the sim feed brings owners)", "false"),
+            (f"kube-sim node, pod watch, {args.engine_pods} pods scraped at 1 Hz", "true"),
         ):
             http_port = free_port()
             cmd = [

@@ -143,13 +143,13 @@ SERIES: Final[Mapping[str, tuple[Series, ...]]] = {
 # A fraction a little above 1 is rounding in the engine (e.g. 1.0000001); more is not a fraction.
 _FRACTION_SLACK: Final = 1e-6
 # Lines the shell hands to the parser: the samples of these families and their
-# TYPE/HELP lines (a sample line starts with its family's name: gauges have no suffix).
-_LINE_PREFIXES: Final = tuple(SERIES) + tuple(f"# {w} {name}" for w in ("TYPE", "HELP") for name in SERIES)
+# TYPE lines (a sample line starts with its family's name: gauges have no suffix).
+_LINE_PREFIXES: Final = tuple(SERIES) + tuple(f"# TYPE {name}" for name in SERIES)
 
 
 def select_lines(text: str) -> str:
     """The lines of ``text`` that belong to the families read here (and their
-    TYPE/HELP lines), for the parser. Others may share a prefix
+    TYPE lines), for the parser. Others may share a prefix
     (``vllm:num_requests_waiting_by_priority``): they parse as families of
     their own names, which :func:`recognise` does not read."""
     return "\n".join(line for line in text.splitlines() if line.startswith(_LINE_PREFIXES))
