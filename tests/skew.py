@@ -34,7 +34,11 @@ GOLDEN_TYPES: dict[str, type[Any]] = {
 }
 # Metric names no v1 reader knows yet (the engine's requests_waiting & co. were
 # this set until issue 14 taught the contract them).
-NEWER_METRICS = {"time_to_first_token_p90_s": 0.42, "prefill_tokens_per_s": 1830.0, "prefix_cache_hit_ratio": 41.0}
+NEWER_METRICS = {
+    "time_to_first_token_p90_s": 0.42,
+    "prefill_tokens_per_s": 1830.0,
+    "prefix_cache_hit_ratio": 41.0,
+}
 
 
 def golden_bytes(name: str) -> bytes:

@@ -63,7 +63,9 @@ STEP = Profile("step", ((0.0, 30.0), (15.0, 200.0), (100.0, 40.0)))
 SPIKE = Profile("spike", ((0.0, 40.0), (30.0, 400.0), (45.0, 40.0)), period_s=120.0)
 DIURNAL = Profile("diurnal", sine=(40.0, 260.0), period_s=600.0)
 # A slow climb to 3.5 GPUs of work and back down (linear between the points).
-RAMP = Profile("ramp", ((0.0, 40.0), (20.0, 40.0), (140.0, 350.0), (200.0, 350.0), (260.0, 60.0)), linear=True)
+RAMP = Profile(
+    "ramp", ((0.0, 40.0), (20.0, 40.0), (140.0, 350.0), (200.0, 350.0), (260.0, 60.0)), linear=True
+)
 # Traffic of an LLM service: bursts of different heights and lengths on a low base.
 BURSTY = Profile(
     "bursty",

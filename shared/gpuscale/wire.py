@@ -249,7 +249,7 @@ class GpuOwner(_Wire, frozen=True, gc=False):
     # tick; absent (UNSET, not written) or null: not scraped, no engine found,
     # or the scrape is stale. The same on every GPU entry of a multi-GPU pod:
     # a per-pod value, not per GPU.
-    engine: EngineSignals | None | UnsetType = UNSET
+    engine: EngineSignals | UnsetType | None = UNSET
 
 
 class GpuSample(_Wire, frozen=True, gc=False, kw_only=True):

@@ -78,7 +78,10 @@ async def test_metrics_from_another_aggregator_version_lead_to_a_decision(
         assert counted(running, "gpuscale_messages_rejected") == {}
         expected = newer_names(golden("metrics"), WorkloadMetrics) if variant == "newer" else set()
         assert counted(running, "gpuscale_messages_unknown_fields") == dict.fromkeys(expected, 1.0)
-        assert {"averages.time_to_first_token_p90_s", "pods.values.prefix_cache_hit_ratio"} <= expected or variant == "older"
+        assert {
+            "averages.time_to_first_token_p90_s",
+            "pods.values.prefix_cache_hit_ratio",
+        } <= expected or variant == "older"
 
 
 async def test_a_metric_the_policy_asks_for_and_the_message_lacks_is_missing_data(
