@@ -5,6 +5,16 @@ subprocess against a private nats-server, waits for its first batch (start-up
 excluded), then samples the process's CPU time and RSS for --duration seconds.
 
     .venv/bin/python bench/collector_bench.py --duration 60
+    .venv/bin/python bench/collector_bench.py --duration 60 --engine-pods 8
+
+``--engine-pods N`` (issue 14) measures, in the same run, the collector as it
+runs in a cluster with inference servers: GPUs and owners from a kube-sim
+node of 8 GPUs (``--sim-source kube-sim``), the pod watch of its node through
+the API (kubernetes-asyncio), and N vLLM-like pods kube-sim serves /metrics
+for, each scraped once a second over HTTP at its pod IP (a real vLLM page's
+size: ~30 KB, mostly histograms). It is printed beside the same collector
+with ``--engine-metrics false`` (the pod watch still runs there, so the
+difference is the scraping), and beside the plain sim run above.
 
 Also prints what the sim path imports (``-X importtime`` totals of the
 heaviest top-level packages), since imports dominate a Python agent's RSS.
@@ -19,8 +29,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -39,7 +52,7 @@ def gpuscale_binary() -> str:
     return str(candidate) if candidate.exists() else "gpuscale"
 
 
-async def first_batch(url: str, timeout_s: float) -> float:
+async def first_batch(url: str, timeout_s: float, node: str = NODE) -> float:
     got = asyncio.get_running_loop().create_future()
     nc = await connect([url], ServiceMetrics("bench"), name="bench")
 
@@ -47,14 +60,14 @@ async def first_batch(url: str, timeout_s: float) -> float:
         if not got.done():
             got.set_result(time.monotonic())
 
-    await nc.subscribe(subjects.samples(NODE), cb=on_msg)
+    await nc.subscribe(subjects.samples(node), cb=on_msg)
     try:
         return float(await asyncio.wait_for(got, timeout_s))
     finally:
         await drain(nc)
 
 
-async def count_batches(url: str, seconds: float) -> int:
+async def count_batches(url: str, seconds: float, node: str = NODE) -> int:
     n = 0
     nc = await connect([url], ServiceMetrics("bench"), name="bench-count")
 
@@ -62,7 +75,7 @@ async def count_batches(url: str, seconds: float) -> int:
         nonlocal n
         n += 1
 
-    await nc.subscribe(subjects.samples(NODE), cb=on_msg)
+    await nc.subscribe(subjects.samples(node), cb=on_msg)
     await asyncio.sleep(seconds)
     await drain(nc)
     return n
@@ -120,6 +133,150 @@ def rss_by_import(env: dict[str, str]) -> list[tuple[str, float]]:
     return out
 
 
+ENGINE_SCENARIO = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: llm, namespace: default, labels: {app: llm}}
+spec:
+  replicas: %(pods)d
+  selector: {matchLabels: {app: llm}}
+  template:
+    metadata:
+      labels: {app: llm}
+      annotations: {sim.gpuscale.io/engine: vllm, gpuscale.io/metrics-port: "8000"}
+    spec:
+      nodeName: %(node)s
+      containers:
+      - name: server
+        image: vllm/vllm-openai:v0.10.1
+        resources: {limits: {nvidia.com/gpu: 1}}
+"""
+
+
+def start_kube_sim(work: Path, pods: int, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path, str]:
+    """kube-sim with one 8-GPU node running ``pods`` vLLM-like pods at 1.5 × their capacity."""
+    scenario = work / "scenario.yaml"
+    scenario.write_text(ENGINE_SCENARIO % {"pods": pods, "node": "gpu-node-1"})
+    kubeconfig = work / "kubeconfig"
+    port = free_port()
+    proc = subprocess.Popen(
+        [gpuscale_binary(), "kube-sim", "--port", str(port), "--kubeconfig-out", str(kubeconfig),
+         "--scenario", str(scenario), "--nodes", "1", "--gpus-per-node", "8", "--startup-delay", "0",
+         "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            body = json.dumps({"load": 150.0 * pods}).encode()
+            request = urllib.request.Request(f"{url}/sim/v1/workloads/default/llm/load", body, method="PUT")  # noqa: S310 - loopback
+            with urllib.request.urlopen(request, timeout=1):  # noqa: S310 - our own loopback server
+                break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.terminate()
+        raise RuntimeError("kube-sim did not come up")
+    # The node in kube-sim is gpu-node-1; the collector is told so.
+    return proc, kubeconfig, url
+
+
+def scrapes_ok(http_port: int) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith('gpuscale_collector_engine_scrapes_total{outcome="ok"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def measure_collector(
+    cmd: list[str],
+    env: dict[str, str],
+    url: str,
+    duration: float,
+    node: str,
+    probe: Any = None,
+    want: float = 0,
+) -> dict[str, Any]:
+    """Start ``cmd``, wait for its first batch (and ``probe() >= want``), then CPU
+    and RSS over ``duration``; ``probe``'s growth meanwhile too."""
+    started = time.monotonic()
+    child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        proc = psutil.Process(child.pid)
+        first = asyncio.run(first_batch(url, timeout_s=30, node=node))
+        startup_s = first - started
+        if probe is not None:
+            deadline = time.monotonic() + 30
+            while probe() < want and time.monotonic() < deadline:
+                time.sleep(0.2)
+        probed = probe() if probe is not None else 0.0
+        cpu0 = proc.cpu_times()
+        rss_start = proc.memory_info().rss
+        t0 = time.monotonic()
+        peak_rss = rss_start
+
+        async def measure() -> int:
+            nonlocal peak_rss
+            counter = asyncio.create_task(count_batches(url, duration, node=node))
+            while not counter.done():
+                peak_rss = max(peak_rss, proc.memory_info().rss)
+                await asyncio.sleep(0.5)
+            return counter.result()
+
+        batches = asyncio.run(measure())
+        cpu1 = proc.cpu_times()
+        elapsed = time.monotonic() - t0
+        uss = proc.memory_full_info().uss
+        probed = (probe() - probed) if probe is not None else 0.0
+    finally:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    return {
+        "engine_scrapes_ok": probed,
+        "duration_s": round(elapsed, 1),
+        "startup_s": round(startup_s, 2),
+        "batches_seen": batches,
+        "cpu_pct_of_one_core": round(100.0 * cpu_s / elapsed, 3),
+        "rss_mb_peak": round(peak_rss / 2**20, 1),
+        "uss_mb_end": round(uss / 2**20, 1),
+    }
+
+
+def engine_phase(args: argparse.Namespace, env: dict[str, str], server: EmbeddedNats) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="gpuscale-collector-bench-"))
+    sim, kubeconfig, _ = start_kube_sim(work, args.engine_pods, env)
+    node = "gpu-node-1"
+    out: dict[str, Any] = {}
+    try:
+        for label, engine in (
+            ("kube-sim node, --engine-metrics false (no pod watch: the sim feed brings owners)", "false"),
+            (f"kube-sim node, pod watch, {args.engine_pods} pods scraped at 1 Hz", "true"),
+        ):
+            http_port = free_port()
+            cmd = [
+                gpuscale_binary(), "collector", "--backend", "sim", "--sim-source", "kube-sim",
+                "--kubeconfig", str(kubeconfig), "--interval", str(args.interval), "--nats-url", server.url,
+                "--node-name", node, "--http-port", str(http_port), "--log-level", "warning",
+                "--engine-metrics", engine,
+            ]  # fmt: skip
+            probe = (lambda port=http_port: scrapes_ok(port)) if engine == "true" else None
+            out[label] = measure_collector(cmd, env, server.url, args.duration, node, probe, args.engine_pods)
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -128,6 +285,9 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of the table")
+    parser.add_argument(
+        "--engine-pods", type=int, default=0, help="also measure with this many inference-server pods scraped"
+    )
     args = parser.parse_args()
 
     env = dict(os.environ)
@@ -184,6 +344,9 @@ def main() -> int:
             child.wait(10)
         except subprocess.TimeoutExpired:
             child.kill()
+    try:
+        engine = engine_phase(args, env, server) if args.engine_pods > 0 else None
+    finally:
         server.close()
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     cpu_pct = 100.0 * cpu_s / elapsed
@@ -202,6 +365,7 @@ def main() -> int:
         "cpu_budget_pct": CPU_BUDGET_PCT,
         "rss_budget_mb": RSS_BUDGET_MB,
         "within_budget": cpu_pct < CPU_BUDGET_PCT and peak_rss / 2**20 < RSS_BUDGET_MB,
+        "engine": engine,
         "rss_mb_added_by_import": rss_by_import(env),
         "import_ms_top": [(name, round(ms, 1)) for name, ms in import_profile(env)],
     }
@@ -209,6 +373,17 @@ def main() -> int:
         print(json.dumps(result))
     else:
         for key, value in result.items():
+            if key == "engine" and isinstance(value, dict):
+                for label, figures in value.items():
+                    print(f"{label}:")
+                    for k, v in figures.items():
+                        print(f"  {k:22} {v}")
+                    within = (
+                        figures["cpu_pct_of_one_core"] < CPU_BUDGET_PCT
+                        and figures["rss_mb_peak"] < RSS_BUDGET_MB
+                    )
+                    print(f"  {'within_budget':22} {within}")
+                continue
             print(f"{key:24} {value}")
     return 0
 

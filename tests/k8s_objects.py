@@ -17,11 +17,13 @@ def gpu_workload(
     gpus: int | None = 1,
     node: str | None = None,
     image: str = "example.com/model:1",
+    pod_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """An apps/v1 Deployment or StatefulSet whose pods are labelled ``app=<name>``.
 
     ``gpus``: the ``nvidia.com/gpu`` limit (None: no limit; kube-sim then gives one GPU).
     ``node``: pin the pods to a node, as a test of one node's collector needs.
+    ``pod_annotations``: on the pod template (:func:`vllm_annotations`: kube-sim plays vLLM).
     """
     labels = {"app": name}
     container: dict[str, Any] = {"name": "server", "image": image}
@@ -35,6 +37,8 @@ def gpu_workload(
         "selector": {"matchLabels": labels},
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
     }
+    if pod_annotations:
+        spec["template"]["metadata"]["annotations"] = dict(pod_annotations)
     if kind == "StatefulSet":
         spec["serviceName"] = name
     return {
@@ -43,6 +47,14 @@ def gpu_workload(
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": spec,
     }
+
+
+def vllm_annotations(port: int = 8000, path: str | None = None) -> dict[str, str]:
+    """A pod that serves vLLM's /metrics (kube-sim plays it) where the collector looks."""
+    notes = {"sim.gpuscale.io/engine": "vllm", "gpuscale.io/metrics-port": str(port)}
+    if path is not None:
+        notes["gpuscale.io/metrics-path"] = path
+    return notes
 
 
 def gpuscaler(

@@ -3,9 +3,8 @@
 - :func:`golden`: today's producers' bytes (tests/golden/v1, never regenerated),
   read with the ``msgpack`` package, the independent reference decoder;
 - :func:`newer`: what a producer one step newer may send within v1: one more
-  field on every map of the message and, in every metric map, the inference
-  engine's metrics (issue 14's ``requests_waiting``, ``requests_running``,
-  ``kv_cache_usage``);
+  field on every map of the message and, in every metric map, metrics this
+  version does not know (:data:`NEWER_METRICS`);
 - :func:`older`: what a producer one step older sends: every optional field absent;
 - :func:`restamp`: the same message sent now (consumers judge freshness).
 
@@ -33,7 +32,13 @@ GOLDEN_TYPES: dict[str, type[Any]] = {
     "actions": Action,
     "actions-failed": Action,
 }
-ENGINE_METRICS = {"requests_waiting": 12.0, "requests_running": 30.0, "kv_cache_usage": 0.83}
+# Metric names no v1 reader knows yet (the engine's requests_waiting & co. were
+# this set until issue 14 taught the contract them).
+NEWER_METRICS = {
+    "time_to_first_token_p90_s": 0.42,
+    "prefill_tokens_per_s": 1830.0,
+    "prefix_cache_hit_ratio": 41.0,
+}
 
 
 def golden_bytes(name: str) -> bytes:
@@ -75,13 +80,13 @@ def _walk(payload: Any, cls: type[Any], path: str, visit: Any) -> None:
 
 
 def newer(payload: dict[str, Any], cls: type[Any]) -> dict[str, Any]:
-    """A copy with a field this version does not know on every map, and the
-    engine metrics in every metric map."""
+    """A copy with a field this version does not know on every map, and
+    metrics it does not know in every metric map."""
     out = copy.deepcopy(payload)
 
     def add(m: dict[str, Any], info: Any, path: str) -> None:
         if info.cls is MetricValues:
-            m.update(ENGINE_METRICS)
+            m.update(NEWER_METRICS)
         else:
             m[f"newer_{info.cls.__name__.lower()}"] = {"added_in": "v1.x", "values": [1, 2.5, None]}
 
@@ -95,7 +100,7 @@ def newer_names(payload: dict[str, Any], cls: type[Any]) -> set[str]:
 
     def note(m: dict[str, Any], info: Any, path: str) -> None:
         if info.cls is MetricValues:
-            names.update(f"{path}{metric}" for metric in ENGINE_METRICS)
+            names.update(f"{path}{metric}" for metric in NEWER_METRICS)
         else:
             names.add(f"{path}newer_{info.cls.__name__.lower()}")
 

@@ -19,7 +19,7 @@ MODEL_MEMORY_FRACTION = 0.6  # model weights, resident once loaded
 ACTIVE_MEMORY_FRACTION = 0.25  # activations and KV cache, growing with load
 NOISE_SD = 2.0
 
-PROFILE_NAMES = ("step", "spike", "diurnal", "constant:N")
+PROFILE_NAMES = ("step", "spike", "diurnal", "ramp", "bursty", "constant:N")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Profile:
     points: tuple[tuple[float, float], ...] = ()  # (t seconds, load), t ascending
     period_s: float | None = None  # repeat the points (spike) or the sine (diurnal)
     sine: tuple[float, float] | None = None  # (low, high) for diurnal
+    linear: bool = False  # between points: a straight line (ramp), not a step
 
     def at(self, t: float) -> float:
         t = max(0.0, t)
@@ -40,10 +41,14 @@ class Profile:
         if self.period_s:
             t = t % self.period_s
         value = self.points[0][1] if self.points else 0.0
+        before: tuple[float, float] | None = None
         for start, load in self.points:
             if start <= t:
                 value = load
+                before = (start, load)
             else:
+                if self.linear and before is not None and start > before[0]:
+                    return before[1] + (load - before[1]) * (t - before[0]) / (start - before[0])
                 break
         return value
 
@@ -57,6 +62,24 @@ def constant(load: float) -> Profile:
 STEP = Profile("step", ((0.0, 30.0), (15.0, 200.0), (100.0, 40.0)))
 SPIKE = Profile("spike", ((0.0, 40.0), (30.0, 400.0), (45.0, 40.0)), period_s=120.0)
 DIURNAL = Profile("diurnal", sine=(40.0, 260.0), period_s=600.0)
+# A slow climb to 3.5 GPUs of work and back down (linear between the points).
+RAMP = Profile(
+    "ramp", ((0.0, 40.0), (20.0, 40.0), (140.0, 350.0), (200.0, 350.0), (260.0, 60.0)), linear=True
+)
+# Traffic of an LLM service: bursts of different heights and lengths on a low base.
+BURSTY = Profile(
+    "bursty",
+    (
+        (0.0, 60.0),
+        (20.0, 260.0),
+        (50.0, 90.0),
+        (80.0, 320.0),
+        (95.0, 70.0),
+        (130.0, 200.0),
+        (170.0, 60.0),
+    ),
+    period_s=220.0,
+)
 
 
 def from_points(name: str, points: Any) -> Profile:
@@ -76,7 +99,7 @@ def from_points(name: str, points: Any) -> Profile:
 
 
 def parse_profile(text: str | float | int) -> Profile:
-    """``step``, ``spike``, ``diurnal``, ``constant:N`` or a bare number. Files: :func:`from_points`."""
+    """``step``, ``spike``, ``diurnal``, ``ramp``, ``bursty``, ``constant:N`` or a bare number. Files: :func:`from_points`."""
     if isinstance(text, int | float) and not isinstance(text, bool):
         if text < 0 or math.isnan(float(text)):
             raise ValueError("a load must be a non-negative number")
@@ -88,13 +111,17 @@ def parse_profile(text: str | float | int) -> Profile:
         return SPIKE
     if word == "diurnal":
         return DIURNAL
+    if word == "ramp":
+        return RAMP
+    if word == "bursty":
+        return BURSTY
     if word.startswith("constant:"):
         word = word.split(":", 1)[1]
     try:
         value = float(word)
     except ValueError:
         raise ValueError(
-            f"unknown load profile {text!r}: use step, spike, diurnal, constant:N or a file"
+            f"unknown load profile {text!r}: use step, spike, diurnal, ramp, bursty, constant:N or a file"
         ) from None
     if value < 0 or math.isnan(value):
         raise ValueError("a load must be a non-negative number")

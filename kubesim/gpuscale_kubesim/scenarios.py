@@ -1,4 +1,4 @@
-"""The built-in clusters (``demo``, ``empty``) and YAML scenario files."""
+"""The built-in clusters (``demo``, ``demo-llm``, ``empty``) and YAML scenario files."""
 
 from __future__ import annotations
 
@@ -122,6 +122,45 @@ def demo_gpuscaler(name: str = DEMO_WORKLOAD, ns: str = DEMO_NAMESPACE) -> Obj:
     }
 
 
+# ``demo-llm``: two vLLM-like workloads on the same traffic, one scaled on its
+# engine's queue, one on GPU utilization (issue 14).
+LLM_QUEUE_WORKLOAD = "llm-queue"
+LLM_UTIL_WORKLOAD = "llm-util"
+LLM_WORKLOADS = (LLM_QUEUE_WORKLOAD, LLM_UTIL_WORKLOAD)
+# Queued requests per pod the queue-scaled workload aims at (a pod runs 16 at once).
+LLM_WAITING_TARGET = 4
+
+
+def vllm_deployment(name: str, ns: str = DEMO_NAMESPACE) -> Obj:
+    """A Deployment whose pods kube-sim plays as vLLM servers, metrics where the collector looks."""
+    deploy = demo_deployment(name, ns)
+    template = deploy["spec"]["template"]
+    template["metadata"]["annotations"] = {
+        "sim.gpuscale.io/engine": "vllm",
+        "gpuscale.io/metrics-port": "8000",
+        "gpuscale.io/metrics-path": "/metrics",
+    }
+    container = template["spec"]["containers"][0]
+    container["image"] = "vllm/vllm-openai:v0.10.1"
+    container["args"] = ["--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    return deploy
+
+
+def llm_gpuscaler(name: str, metrics: list[Obj], ns: str = DEMO_NAMESPACE) -> Obj:
+    scaler = demo_gpuscaler(name, ns)
+    scaler["spec"]["metrics"] = metrics
+    return scaler
+
+
+def llm_demo_objects() -> list[Obj]:
+    return [
+        vllm_deployment(LLM_QUEUE_WORKLOAD),
+        llm_gpuscaler(LLM_QUEUE_WORKLOAD, [{"name": "requests_waiting", "target": LLM_WAITING_TARGET}]),
+        vllm_deployment(LLM_UTIL_WORKLOAD),
+        llm_gpuscaler(LLM_UTIL_WORKLOAD, [{"name": "gpu_util", "target": 70}]),
+    ]
+
+
 def base_objects(nodes: int, gpus_per_node: int) -> list[Obj]:
     objs = [namespace(n) for n in ("default", "kube-system", "gpuscale")]
     objs += [node(f"gpu-node-{i}", gpus_per_node) for i in range(1, nodes + 1)]
@@ -136,6 +175,8 @@ def scenario_objects(scenario: str, nodes: int, gpus_per_node: int) -> list[Obj]
         return objs
     if scenario == "demo":
         return [*objs, demo_deployment(), demo_gpuscaler()]
+    if scenario == "demo-llm":
+        return [*objs, *llm_demo_objects()]
     path = Path(scenario)
     if not path.is_file():
         raise ValueError(f"scenario must be 'demo', 'empty' or a YAML file of objects; no file {scenario!r}")

@@ -22,10 +22,10 @@ def delay(text: str) -> float:
 
 
 def profile(text: str) -> str:
-    """step, spike, diurnal, constant:N, or a YAML/JSON file of [{t, load}]."""
+    """step, spike, diurnal, ramp, bursty, constant:N, or a YAML/JSON file of [{t, load}]."""
     word = text.strip()
     lowered = word.lower()
-    if lowered in ("step", "spike", "diurnal"):
+    if lowered in ("step", "spike", "diurnal", "ramp", "bursty"):
         return lowered
     if lowered.startswith("constant:"):
         try:
@@ -37,7 +37,7 @@ def profile(text: str) -> str:
         return lowered
     if Path(word).expanduser().is_file():
         return str(Path(word).expanduser())
-    raise ValueError("must be step, spike, diurnal, constant:N or an existing file")
+    raise ValueError("must be step, spike, diurnal, ramp, bursty, constant:N or an existing file")
 
 
 def server_url(text: str) -> str:
@@ -49,11 +49,11 @@ def server_url(text: str) -> str:
 
 def scenario(text: str) -> str:
     word = text.strip()
-    if word.lower() in ("demo", "empty"):
+    if word.lower() in ("demo", "demo-llm", "empty"):
         return word.lower()
     if Path(word).expanduser().is_file():
         return str(Path(word).expanduser())
-    raise ValueError("must be demo, empty or an existing YAML file of objects")
+    raise ValueError("must be demo, demo-llm, empty or an existing YAML file of objects")
 
 
 def token(text: str) -> str:
@@ -87,7 +87,8 @@ class KubeSimSettings:
         "--scenario",
         env="GPUSCALE_KUBE_SIM_SCENARIO",
         parse=scenario,
-        help="built-in cluster ('demo', 'empty') or a YAML file of objects to create",
+        help="built-in cluster ('demo'; 'demo-llm': two vLLM-like workloads, one scaled on "
+        "requests_waiting, one on gpu_util; 'empty') or a YAML file of objects to create",
     )
     startup_delay: float = option(
         20.0,
@@ -125,7 +126,7 @@ class KubeSimSettings:
         "--profile",
         env="GPUSCALE_KUBE_SIM_PROFILE",
         parse=profile,
-        help="load of the demo workload: step, spike, diurnal, constant:N or a file of [{t, load}]",
+        help="load of the demo workload(s): step, spike, diurnal, ramp, bursty, constant:N or a file of [{t, load}]",
     )
     speed: float = option(
         1.0,

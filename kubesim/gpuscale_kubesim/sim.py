@@ -28,6 +28,7 @@ from gpuscale_kubesim import load as loadmod
 from gpuscale_kubesim.cluster import ClusterPlayer
 from gpuscale_kubesim.errors import ApiError, bad_request
 from gpuscale_kubesim.faults import Faults
+from gpuscale_kubesim.podnet import LoopbackNetwork, PodServers
 from gpuscale_kubesim.resources import ResourceDef
 from gpuscale_kubesim.selectors import label_selector as parse_labels
 from gpuscale_kubesim.server import ApiServer, error_response
@@ -77,19 +78,23 @@ class KubeSim:
         self.host = host
         self.port = port
         self.scenario = scenario
-        self.nodes = nodes if nodes is not None else (4 if scenario == "demo" else 2)
+        self.nodes = nodes if nodes is not None else (4 if scenario in ("demo", "demo-llm") else 2)
         self.gpus_per_node = gpus_per_node
         self.profile = profile
         self.rng = random.Random(seed)  # noqa: S311 - simulated noise, not security
         self.faults = Faults()
         self.store = Store(history=history, pod_grace_s=termination_delay_s, rng=self.rng)
+        # Pod IPs on the loopback range: inference-server pods serve /metrics there.
+        self.network = LoopbackNetwork(random.Random(seed))  # noqa: S311 - an address block
         self.cluster = ClusterPlayer(
             self.store,
             startup_delay_s=startup_delay_s,
             termination_delay_s=termination_delay_s,
             speed=speed,
             rng=self.rng,
+            network=self.network,
         )
+        self.pod_servers = PodServers(self.cluster, self.network)
         self.tokens = tokens
         self.api = ApiServer(
             self.store,
@@ -106,6 +111,7 @@ class KubeSim:
         self._runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
         self._player: asyncio.Task[None] | None = None
+        self._pod_serving: asyncio.Task[None] | None = None
         self.url = ""
         self.log = get_logger(component="kube-sim")
 
@@ -129,6 +135,9 @@ class KubeSim:
                     raise
         if self.scenario == "demo":
             self.set_load(scenarios.DEMO_NAMESPACE, scenarios.DEMO_WORKLOAD, self.profile)
+        elif self.scenario == "demo-llm":  # both on the same trace
+            for name in scenarios.LLM_WORKLOADS:
+                self.set_load(scenarios.DEMO_NAMESPACE, name, self.profile)
         # The scenario's workloads were running before the simulation began.
         self.cluster.settle(self.cluster.now())
         app = self.api.build_app(self._add_sim_routes)
@@ -146,6 +155,8 @@ class KubeSim:
         self._write_kubeconfig()
         self._stop.clear()
         self._player = asyncio.create_task(self.cluster.run(self._stop))
+        await self.pod_servers.start()
+        self._pod_serving = asyncio.create_task(self.pod_servers.run(self._stop))
         self.log.info(
             "kube_sim_listening", url=self.url, kubeconfig=str(self.kubeconfig_path), scenario=self.scenario
         )
@@ -154,11 +165,13 @@ class KubeSim:
         self._stop.set()
         self.api.stopping.set()
         self.store.close_watchers()
-        if self._player is not None:
-            self._player.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._player
-            self._player = None
+        for task in (self._player, self._pod_serving):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._player = self._pod_serving = None
+        await self.pod_servers.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -165,6 +165,10 @@ class MetricValues(_Wire, frozen=True, gc=False):
     gpu_mem_used_ratio: Percent | UnsetType = UNSET  # % of the framebuffer
     gpu_mem_used_mib: NonNegative | UnsetType = UNSET
     power_w: NonNegative | UnsetType = UNSET
+    # The inference engine's own gauges, scraped from the pod (issue 14): per-pod means.
+    requests_waiting: NonNegative | UnsetType = UNSET  # requests queued, not yet running
+    requests_running: NonNegative | UnsetType = UNSET  # requests in the running batch
+    kv_cache_usage: Percent | UnsetType = UNSET  # % of the KV cache in use
 
     @classmethod
     def of(cls, values: Mapping[str, float]) -> MetricValues:
@@ -212,6 +216,21 @@ class WorkloadRef(_Wire, frozen=True, gc=False):
     name: ObjectName
 
 
+EngineName = Annotated[str, Meta(min_length=1, max_length=63)]
+
+
+class EngineSignals(_Wire, frozen=True, gc=False):
+    """What the pod's inference server(s) said about demand, scraped by the
+    collector from the pod's own metrics endpoint (added in v1, issue 14).
+    Summed over the pod's engines (a pod may run several); a value the
+    engine does not expose is None (TGI has no KV-cache gauge)."""
+
+    name: EngineName  # which engines answered: vllm, sglang, tgi, triton (several joined by "+")
+    requests_waiting: NonNegative | None = None
+    requests_running: NonNegative | None = None
+    kv_cache_usage: Percent | None = None  # %, the mean over the pod's engines
+
+
 class GpuOwner(_Wire, frozen=True, gc=False):
     """A pod (container) that holds a GPU, or a share of it."""
 
@@ -226,6 +245,11 @@ class GpuOwner(_Wire, frozen=True, gc=False):
     # A pod that is not ready (loading its model) counts as missing, as HPA
     # treats unready pods, rather than as a fresh pod at 0 %.
     ready: bool | None = None
+    # The pod's inference-server gauges when the collector scraped them this
+    # tick; absent (UNSET, not written) or null: not scraped, no engine found,
+    # or the scrape is stale. The same on every GPU entry of a multi-GPU pod:
+    # a per-pod value, not per GPU.
+    engine: EngineSignals | UnsetType | None = UNSET
 
 
 class GpuSample(_Wire, frozen=True, gc=False, kw_only=True):
@@ -502,7 +526,7 @@ def _known_fields(cls: type[Struct]) -> tuple[frozenset[str], dict[str, type[Str
 
 def unknown_fields(payload: Any, cls: type[Struct], prefix: str = "") -> set[str]:
     """Keys of an untyped payload that ``cls`` does not know, as dotted paths
-    without list indexes (``gpus.owners.vendor``, ``averages.requests_waiting``).
+    without list indexes (``gpus.owners.vendor``, ``averages.tokens_per_s``).
     Free-form maps (a decision's ``inputs``) are not looked into."""
     out: set[str] = set()
     if not isinstance(payload, dict):

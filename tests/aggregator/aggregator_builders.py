@@ -18,8 +18,11 @@ def owner(
     sm_util: float | None = None,
     fb_used_mib: float | None = None,
     ready: bool | None = None,
+    engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    extra = {} if ready is None else {"ready": ready}  # older producers omit the field
+    extra: dict[str, Any] = {} if ready is None else {"ready": ready}  # older producers omit the field
+    if engine is not None:
+        extra["engine"] = engine
     return {
         **extra,
         "namespace": namespace,
@@ -77,3 +80,10 @@ def one_pod_batch(
     pod: str, util: float, *, node: str = "node-a", ts: float = NOW, seq: int = 0, workload: str = "bert"
 ) -> dict[str, Any]:
     return batch(gpu(0, owner(pod, workload), util=util, node=node), node=node, ts=ts, seq=seq)
+
+
+def engine(
+    waiting: float | None = None, running: float | None = None, kv: float | None = None, name: str = "vllm"
+) -> dict[str, Any]:
+    """An owner's ``engine`` field: its pod's inference-server gauges (issue 14)."""
+    return {"name": name, "requests_waiting": waiting, "requests_running": running, "kv_cache_usage": kv}

@@ -1,8 +1,7 @@
 """Rolling upgrades: the aggregator reads batches from collectors one version
 newer and one older, through its real subscription on a real nats-server.
 
-A newer collector adds fields at every level (and per-owner engine metrics,
-as issue 14 plans); an older one leaves every optional field out. The
+A newer collector adds fields at every level; an older one leaves every optional field out. The
 aggregator averages what it knows either way, counts each unknown name once
 in /metrics and rejects nothing. The scale-out stage's sub-batches
 (gpuscale.v1.aggregator.*) cross versions the same way.

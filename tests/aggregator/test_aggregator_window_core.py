@@ -13,7 +13,7 @@ from gpuscale.wire import WorkloadMetrics
 from gpuscale_aggregator.core.ingest import Aggregator
 from gpuscale_aggregator.core.window import WindowConfig
 
-from .aggregator_builders import NOW, batch, gpu, owner
+from .aggregator_builders import NOW, batch, engine, gpu, owner
 
 W = 30.0  # window
 
@@ -209,6 +209,76 @@ SCENARIOS = {
         averages={"bert": {"gpu_util": 90.0}},
         fresh_stale={"bert": (1, 0)},
     ),
+    "engine gauges: per-pod mean over samples, workload mean over fresh pods": Scenario(
+        batches=[
+            batch(gpu(0, owner("q-1", "llm", engine=engine(4.0, 16.0, 80.0)), util=100.0), ts=NOW),
+            batch(gpu(0, owner("q-1", "llm", engine=engine(8.0, 16.0, 90.0)), util=100.0), ts=NOW + 1),
+            batch(
+                gpu(0, owner("q-2", "llm", engine=engine(0.0, 6.0, 30.0)), util=40.0, node="node-b"),
+                node="node-b",
+                ts=NOW + 1,
+            ),
+        ],
+        now=NOW + 1,
+        pods={
+            "llm": {
+                "q-1": {"requests_waiting": 6.0, "requests_running": 16.0, "kv_cache_usage": 85.0},
+                "q-2": {"requests_waiting": 0.0, "requests_running": 6.0, "kv_cache_usage": 30.0},
+            }
+        },
+        averages={
+            "llm": {
+                "requests_waiting": 3.0,
+                "requests_running": 11.0,
+                "kv_cache_usage": 57.5,
+                "gpu_util": 70.0,
+            }
+        },
+    ),
+    "a pod on two GPUs carries its engine gauges on both: its value, not twice it": Scenario(
+        batches=[
+            batch(
+                gpu(0, owner("q-1", "llm", engine=engine(10.0, 32.0, 70.0)), util=100.0),
+                gpu(1, owner("q-1", "llm", engine=engine(10.0, 32.0, 70.0)), util=100.0),
+                ts=NOW,
+            )
+        ],
+        now=NOW,
+        averages={"llm": {"requests_waiting": 10.0, "requests_running": 32.0, "kv_cache_usage": 70.0}},
+    ),
+    "an engine without a KV gauge (TGI), and ticks without engine values": Scenario(
+        batches=[
+            batch(gpu(0, owner("t-1", "tgi", engine=engine(2.0, 8.0, None, "tgi"))), ts=NOW),
+            batch(gpu(0, owner("t-1", "tgi")), ts=NOW + 1),  # a scrape that failed: no engine this tick
+            batch(gpu(0, owner("t-1", "tgi", engine=engine(4.0, 8.0, None, "tgi"))), ts=NOW + 2),
+        ],
+        now=NOW + 2,
+        averages={"tgi": {"requests_waiting": 3.0, "requests_running": 8.0}},
+        absent_metrics={"tgi": ("kv_cache_usage",)},
+    ),
+    "pods without an engine have no engine metrics, and do not dilute others'": Scenario(
+        batches=[
+            batch(gpu(0, owner("m-1", "mixed", engine=engine(6.0, 10.0, 50.0))), ts=NOW),
+            batch(gpu(0, owner("m-2", "mixed"), node="node-b"), node="node-b", ts=NOW),
+        ],
+        now=NOW,
+        pods={"mixed": {"m-1": {"requests_waiting": 6.0}, "m-2": {"gpu_util": 50.0}}},
+        averages={"mixed": {"requests_waiting": 6.0, "kv_cache_usage": 50.0}},
+    ),
+    "a stale engine pod is listed, not averaged": Scenario(
+        batches=[
+            batch(gpu(0, owner("q-1", "llm", engine=engine(20.0, 16.0, 99.0))), ts=NOW),
+            batch(
+                gpu(0, owner("q-2", "llm", engine=engine(2.0, 8.0, 40.0)), node="node-b"),
+                node="node-b",
+                ts=NOW + 10,
+            ),
+        ],
+        now=NOW + 10,
+        averages={"llm": {"requests_waiting": 2.0}},
+        pods={"llm": {"q-1": {"requests_waiting": 20.0}, "q-2": {"requests_waiting": 2.0}}},
+        fresh_stale={"llm": (1, 1)},
+    ),
     "a workload whose pods all left the window is forgotten": Scenario(
         batches=[
             batch(gpu(0, owner("a-1", "old"), util=10.0), ts=NOW),
@@ -296,3 +366,59 @@ def test_running_sums_match_exact_means_after_many_evictions() -> None:
     assert m.averages["gpu_util"] == pytest.approx(sum(stored) / 10, abs=1e-9)
     # ...which is the exact mean to float32's precision.
     assert m.averages["gpu_util"] == pytest.approx(sum(window_values) / 10, rel=1e-7)
+
+
+def test_engine_sums_match_exact_means_after_many_evictions_and_reused_pods() -> None:
+    """The engine ring folds and evicts with the pod's buckets: no drift after
+    thousands of evictions, and a pod number (and engine number) reused by a new
+    pod starts from nothing."""
+    agg = Aggregator(WindowConfig(window_s=10.0))
+    waits = [float((t * 37) % 101) for t in range(600)]
+    for t, v in enumerate(waits):
+        pod = "q-1" if t < 300 else "q-2"  # q-1 leaves; q-2 arrives after q-1's window is over
+        if 300 <= t < 315:
+            agg.store.expire(NOW + t)
+            continue
+        owners = owner(pod, "llm", engine=engine(v, 16.0, min(v, 100.0)))
+        agg.ingest(encode_raw(batch(gpu(0, owners), ts=NOW + t, seq=t)), NOW + t)
+        agg.store.expire(NOW + t)
+    (m,) = agg.snapshot(NOW + 599)
+    assert [p.pod for p in m.pods] == ["q-2"]
+    stored = [struct.unpack("<f", struct.pack("<f", v))[0] for v in waits[-10:]]
+    assert m.averages["requests_waiting"] == pytest.approx(sum(stored) / 10, abs=1e-6)
+    assert m.averages["requests_running"] == pytest.approx(16.0)
+    assert agg.store._engine_capacity == 1  # q-2 took q-1's engine number again
+
+
+def test_late_engine_samples_land_in_their_bucket() -> None:
+    agg = Aggregator(WindowConfig(window_s=W))
+    for seq, t in enumerate((NOW, NOW + 2)):
+        b = batch(gpu(0, owner("q-1", "llm", engine=engine(10.0, 4.0, 20.0))), ts=t, seq=seq)
+        agg.ingest(encode_raw(b), t)
+    late = batch(gpu(0, owner("q-1", "llm", engine=engine(40.0, 4.0, 80.0))), ts=NOW + 1, seq=5)
+    agg.store.add_batch(agg.reader.decode(encode_raw(late), NOW + 2), NOW + 1)
+    (m,) = agg.snapshot(NOW + 2)
+    assert m.averages["requests_waiting"] == pytest.approx(20.0)
+    assert m.averages["kv_cache_usage"] == pytest.approx(40.0)
+    assert decode(encode(m), WorkloadMetrics, NOW + 2) == m  # within the contract
+
+
+def test_a_pod_that_gets_its_engine_later_averages_only_what_it_sent() -> None:
+    agg = Aggregator(WindowConfig(window_s=W))
+    for seq in range(5):
+        agg.ingest(encode_raw(batch(gpu(0, owner("q-1", "llm")), ts=NOW + seq, seq=seq)), NOW + seq)
+    for seq in range(5, 7):
+        b = batch(gpu(0, owner("q-1", "llm", engine=engine(3.0, 9.0, 33.0))), ts=NOW + seq, seq=seq)
+        agg.ingest(encode_raw(b), NOW + seq)
+    (m,) = agg.snapshot(NOW + 6)
+    assert m.pods[0].values["requests_waiting"] == pytest.approx(3.0)
+    assert m.pods[0].values["gpu_util"] == pytest.approx(50.0)
+
+
+def test_a_pod_without_an_engine_has_no_engine_values() -> None:
+    got = run(SCENARIOS["pods without an engine have no engine metrics, and do not dilute others'"])
+    plain = next(p for p in got["mixed"].pods if p.pod == "m-2")
+    assert "requests_waiting" not in plain.values
+    assert "kv_cache_usage" not in plain.values
+    only_gpu = run(SCENARIOS["mean over samples in the window"])["bert"]
+    assert not {"requests_waiting", "requests_running", "kv_cache_usage"} & set(only_gpu.averages)

@@ -19,7 +19,7 @@ from gpuscale.wire import Action, Decision, WorkloadMetrics
 from gpuscale_cli.demo.observer import DemoState, Observer
 from gpuscale_cli.status import Clocks, StatusSettings, collect, render_clocks, render_table
 
-from ..skew import ENGINE_METRICS, golden, newer, older, pack, restamp
+from ..skew import NEWER_METRICS, golden, newer, older, pack, restamp
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,7 @@ async def test_status_shows_another_versions_metrics_and_decisions(
     (view,) = views
     assert view.key == KEY
     assert view.metrics["gpu_util"] == 43.5
-    assert set(view.metrics).isdisjoint(ENGINE_METRICS)
+    assert set(view.metrics).isdisjoint(NEWER_METRICS)
     assert view.decision is not None
     assert view.decision.to_replicas == 3
     assert view.targets == {"gpu_util": 20.0}

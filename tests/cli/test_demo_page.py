@@ -64,10 +64,11 @@ async def test_page_loads_draws_charts_and_updates() -> None:
         url = f"http://127.0.0.1:{port}/"
         first = await asyncio.to_thread(_dump_dom, url)
         assert "default/bert-intent-detection" in first
-        assert _points(first, "chart-load") == 30
-        assert _points(first, "chart-util") == 60  # the average and the target line
-        assert _points(first, "chart-replicas") == 60
+        assert _points(first, "chart-load-0") == 30
+        assert _points(first, "chart-util-0") == 60  # the average and the target line
+        assert _points(first, "chart-replicas-0") == 90  # needed, current, desired
         assert 'class="decision"' not in first
+        assert 'id="workload-1"' not in first  # one workload: one section, no comparison
 
         _add_seconds(state, 30, 60)
         state.record.decisions.append(
@@ -81,8 +82,45 @@ async def test_page_loads_draws_charts_and_updates() -> None:
             )
         )
         second = await asyncio.to_thread(_dump_dom, url)
-        assert _points(second, "chart-load") == 60
+        assert _points(second, "chart-load-0") == 60
         assert second.count('class="decision"') == 1
         assert "ceil(1 × 1.29) = 2" in second
     finally:
         await runner.cleanup()
+
+
+async def test_the_llm_profile_shows_both_workloads_side_by_side() -> None:
+    """``--profile llm``: the queue-scaled and the util-scaled workload, each with its
+    own charts and decisions, and one chart comparing their replicas with the need."""
+    state = DemoState("llm")
+    for key, metric, target in (
+        ("default/llm-queue", "requests_waiting", 4.0),
+        ("default/llm-util", "gpu_util", 70.0),
+    ):
+        view = state.view(key)
+        view.metric, view.target = metric, target
+        for t in range(40):
+            load = 60.0 if t < 10 else 260.0
+            waiting = 0.0 if t < 12 else 9.0
+            view.record.timeline.append(
+                TimelinePoint(float(t), load, 1 if t < 20 else 4, 4, 100.0, waiting, waiting)
+            )
+    state.views["default/llm-queue"].record.decisions.append(
+        DecisionRecord(
+            15.0, 0.0, 1, 4, "requests_waiting 9.0 over target 4 (ratio 2.25) on 1 of 1 pods", "d-q"
+        )
+    )
+    runner, port = await ui.start(state, "127.0.0.1", 0)
+    try:
+        dom = await asyncio.to_thread(_dump_dom, f"http://127.0.0.1:{port}/")
+    finally:
+        await runner.cleanup()
+    assert "default/llm-queue · scaled on requests_waiting" in dom
+    assert "default/llm-util · scaled on gpu_util" in dom
+    assert _points(dom, "chart-load-0") == _points(dom, "chart-load-1") == 40
+    # requests_waiting: its average, the target, and gpu_util beside it.
+    assert _points(dom, "chart-util-0") == 120
+    assert _points(dom, "chart-util-1") == 80
+    assert _points(dom, "chart-compare") == 120  # needed and both workloads' replicas
+    assert dom.count('class="decision"') == 1
+    assert "requests_waiting 9.0 over target 4" in dom

@@ -6,8 +6,11 @@ from gpuscale_cli.demo.report import (
     ActionRecord,
     DecisionRecord,
     Limits,
+    Provisioning,
     RunRecord,
     TimelinePoint,
+    needed_replicas,
+    provisioning,
     reaction_s,
     summary,
     violations,
@@ -72,5 +75,86 @@ def test_summary_has_the_documented_fields() -> None:
     assert {"profile", "duration_s", "reaction_s", "timeline", "decisions", "actions", "violations"} <= set(
         doc
     )
-    assert doc["timeline"][0] == {"t": 0, "load": 30, "replicas": 1, "desired": None, "gpu_util_avg": 50.0}
+    assert doc["timeline"][0] == {
+        "t": 0,
+        "load": 30,
+        "replicas": 1,
+        "desired": None,
+        "gpu_util_avg": 50.0,
+        "metric_avg": None,
+        "requests_waiting_avg": None,
+    }
     assert doc["violations"] == []
+    # Issue 14's fields: 90 needs 2 at 70 per pod; 1 requested from t=20 to the end (t=20).
+    assert {
+        "time_to_adequate_s",
+        "underprovisioned_gpu_s",
+        "overprovisioned_gpu_s",
+        "scale_events",
+        "max_overshoot_replicas",
+        "oscillations",
+        "needed_per_pod",
+    } <= set(doc)
+    assert (doc["time_to_adequate_s"], doc["underprovisioned_gpu_s"]) == (0.0, 0.0)
+
+
+# --- provisioning: requested replicas against what the load needs -------------------
+
+STEP = [(float(t), 30.0 if t < 15 else 200.0) for t in range(120)]  # 200 needs 3 at 70 per pod
+
+
+def replicas_at(changes: dict[int, int]) -> list[int]:
+    """Requested replicas per second from {t: new count}."""
+    out, current = [], 1
+    for t in range(120):
+        current = changes.get(t, current)
+        out.append(current)
+    return out
+
+
+def step_run(changes: dict[int, int]) -> Provisioning:
+    return provisioning([(t, load, r) for (t, load), r in zip(STEP, replicas_at(changes), strict=True)])
+
+
+def test_needed_replicas_is_load_over_per_pod_within_limits() -> None:
+    assert [needed_replicas(x, 70.0) for x in (0, 30, 70, 70.01, 140, 200)] == [1, 1, 1, 2, 2, 3]
+    assert needed_replicas(200, 70.0, max_replicas=2) == 2
+    assert needed_replicas(10, 70.0, min_replicas=2) == 2
+
+
+def test_the_staircase_of_the_issue() -> None:
+    """1 → 2 at t+25 s → 3 at t+47 s → 4 at t+62 s after a step at t=15 that needs 3."""
+    p = step_run({40: 2, 62: 3, 77: 4})
+    assert p.time_to_adequate_s == 47.0
+    assert p.episodes == ((15.0, 47.0),)
+    assert p.underprovisioned_gpu_s == 2 * 25 + 1 * 22
+    assert p.overprovisioned_gpu_s == 1 * (119 - 77)  # the last point holds for no time
+    assert p.scale_events == 3
+    assert p.max_overshoot_replicas == 1
+    assert p.oscillations == 0
+
+
+def test_one_decision_to_the_need_has_no_overshoot() -> None:
+    p = step_run({20: 3})
+    assert (p.time_to_adequate_s, p.underprovisioned_gpu_s, p.overprovisioned_gpu_s) == (5.0, 10.0, 0.0)
+    assert (p.scale_events, p.max_overshoot_replicas, p.oscillations) == (1, 0, 0)
+
+
+def test_flapping_around_the_need_is_oscillation() -> None:
+    p = step_run({20: 3, 50: 4, 60: 3, 70: 4, 80: 3})
+    assert p.oscillations == 3  # 4→3, 3→4, 4→3 while the need stayed 3
+    assert p.max_overshoot_replicas == 1
+
+
+def test_following_the_need_down_is_not_oscillation() -> None:
+    load = [(float(t), 200.0 if t < 60 else 40.0) for t in range(120)]
+    requested = [3 if t < 90 else 1 for t in range(120)]
+    p = provisioning([(t, x, r) for (t, x), r in zip(load, requested, strict=True)])
+    assert (p.oscillations, p.time_to_adequate_s, p.max_overshoot_replicas) == (0, None, 0)
+    assert p.overprovisioned_gpu_s == 2 * 30
+
+
+def test_a_shortfall_open_at_the_end_lasts_until_then_and_gpus_per_pod_scale_the_integrals() -> None:
+    p = provisioning([(0.0, 200.0, 1), (10.0, 200.0, 1), (20.0, 200.0, 2)], gpus_per_pod=2)
+    assert p.episodes == ((0.0, 20.0),)
+    assert p.underprovisioned_gpu_s == 2 * 2 * 10 + 2 * 2 * 10  # short 2 pods of 2 GPUs for 20 s

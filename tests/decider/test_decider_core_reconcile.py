@@ -836,3 +836,16 @@ def test_shadow_mode_advises_once_per_change_and_never_decides() -> None:
     assert settled.decision is None
     quiet = step(scaler, 6, running(6, 70), state=settled.memory.state, now=NOW + 8, conflict=hpa)
     assert quiet.advice is None
+
+
+def test_a_policy_window_the_aggregator_does_not_keep_is_said_in_the_reason() -> None:
+    """One window per aggregator: a GPUScaler asking for another gets the
+    aggregator's, and every reason says so instead of pretending."""
+    views, observation = world(running(2, 140), received_at=NOW - 1, window_s=30.0)
+    short = reconcile(Memory(seen()), policy(window="10s"), Target(2, SELECTOR), views, observation, NOW)
+    assert short.evaluation is not None
+    assert "averaged over the aggregator's 30 s window, not spec.window 10 s" in short.evaluation.reason
+    assert short.decision is not None  # still acts: another window changes the speed, not the direction
+    same = reconcile(Memory(seen()), policy(window="30s"), Target(2, SELECTOR), views, observation, NOW)
+    assert same.evaluation is not None
+    assert "spec.window" not in same.evaluation.reason

@@ -1,8 +1,8 @@
 """Rolling upgrades: the decider reads metrics from aggregators one version
 newer and one older, through its real subscription (nats-server, kube-sim).
 
-A newer aggregator sends metric names this decider does not know (the engine
-metrics of issue 14) beside gpu_util, and fields at every level: the decider
+A newer aggregator sends metric names this decider does not know (say a
+latency percentile) beside gpu_util, and fields at every level: the decider
 decides on gpu_util, counts each unknown name once, rejects nothing. An older
 one sends no optional field. A metric a GPUScaler asks for that a message
 lacks is missing data (no fresh value for it), not a rejected message.
@@ -22,7 +22,7 @@ from gpuscale.natsio import NATS
 from gpuscale.wire import WorkloadMetrics
 from gpuscale_kubesim import KubeSim
 
-from ..skew import ENGINE_METRICS, counted, golden, newer, newer_names, older, pack, restamp
+from ..skew import NEWER_METRICS, counted, golden, newer, newer_names, older, pack, restamp
 from ..waiting import eventually
 from .decider_harness import (
     deployment,
@@ -71,14 +71,17 @@ async def test_metrics_from_another_aggregator_version_lead_to_a_decision(
         # DESIGN.md's worked example: 1 replica at 43.5 against 20 -> ceil(1 × 2.17) = 3.
         assert (decision.from_replicas, decision.to_replicas) == (1, 3)
         assert decision.reason.startswith("gpu_util 43.5 over target 20")
-        assert not any(metric in decision.reason for metric in ENGINE_METRICS)
+        assert not any(metric in decision.reason for metric in NEWER_METRICS)
         assert decision.inputs["averages"]["gpu_util"] == 43.5
-        assert set(decision.inputs["averages"]).isdisjoint(ENGINE_METRICS)
+        assert set(decision.inputs["averages"]).isdisjoint(NEWER_METRICS)
         await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") == 3)
         assert counted(running, "gpuscale_messages_rejected") == {}
         expected = newer_names(golden("metrics"), WorkloadMetrics) if variant == "newer" else set()
         assert counted(running, "gpuscale_messages_unknown_fields") == dict.fromkeys(expected, 1.0)
-        assert {"averages.requests_waiting", "pods.values.kv_cache_usage"} <= expected or variant == "older"
+        assert {
+            "averages.time_to_first_token_p90_s",
+            "pods.values.prefix_cache_hit_ratio",
+        } <= expected or variant == "older"
 
 
 async def test_a_metric_the_policy_asks_for_and_the_message_lacks_is_missing_data(

@@ -1,6 +1,6 @@
 """Version skew across the whole loop: a workload is scaled while its metrics
-come from an aggregator one step newer (engine metrics and unknown fields
-present), then from one a step older (engine metrics and optional fields
+come from an aggregator one step newer (metrics and fields it does not know
+present), then from one a step older (those metrics and optional fields
 absent). The real decider and actuator run against a real nats-server and
 kube-sim; decisions keep flowing in both phases, the target's replicas follow,
 and every decision's reason names the metric it used.
@@ -26,7 +26,7 @@ from gpuscale_kubesim import KubeSim
 from ..actuator import actuator_harness
 from ..actuator.test_actuator_service_sim import replicas_of
 from ..decider import decider_harness
-from ..skew import ENGINE_METRICS, golden, newer, older, pack, restamp
+from ..skew import NEWER_METRICS, golden, newer, older, pack, restamp
 from ..waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -67,7 +67,7 @@ def newer_metrics(pod: str) -> Callable[[float], dict[str, Any]]:
 
 
 def older_metrics(pods: list[str]) -> Callable[[float], dict[str, Any]]:
-    """An older aggregator's message: no optional field, no engine metric; every pod fresh at 43.5."""
+    """An older aggregator's message: no optional field, no newer metric; every pod fresh at 43.5."""
 
     def build(now: float) -> dict[str, Any]:
         base = older(golden("metrics"), WorkloadMetrics)
@@ -104,7 +104,7 @@ async def test_decisions_flow_while_producers_run_other_versions(
             decider_harness.running_decider(decider_settings) as decider,
             actuator_harness.running_actuator(actuator_settings) as actuator,
         ):
-            # One step newer: engine metrics and unknown fields beside gpu_util.
+            # One step newer: unknown metrics and fields beside gpu_util.
             fake.build = newer_metrics((await decider_harness.running_pods(kube_sim, "bert", 1))[0])
             first = await decisions.next(1, timeout_s=20)
             assert (first.from_replicas, first.to_replicas) == (1, 3)
@@ -112,7 +112,7 @@ async def test_decisions_flow_while_producers_run_other_versions(
             assert (await actions.wait_for(first.id)).outcome in SUCCESS  # published after the PATCH
             assert await replicas_of(kube_sim) == 3
 
-            # One step older: no engine metric, no optional field; the 3 pods report.
+            # One step older: no newer metric, no optional field; the 3 pods report.
             fake.build = older_metrics(await decider_harness.running_pods(kube_sim, "bert", 3))
             second = await decisions.next(2, timeout_s=20)
             assert second.from_replicas == 3
@@ -122,12 +122,12 @@ async def test_decisions_flow_while_producers_run_other_versions(
             await eventually(lambda: _replicas_are(kube_sim, second.to_replicas), what="the second PATCH")
 
             for d in (first, second):
-                assert not any(metric in d.reason for metric in ENGINE_METRICS)
+                assert not any(metric in d.reason for metric in NEWER_METRICS)
             assert (
                 decider.metric(
                     "gpuscale_messages_unknown_fields_total",
                     kind="metrics",
-                    field="averages.requests_waiting",
+                    field="averages.time_to_first_token_p90_s",
                 )
                 == 1
             )

@@ -87,3 +87,13 @@ def test_the_gpu_feed_follows_the_given_time() -> None:
     assert 20 < held_quiet.util < 40
     assert held_busy.util > 90
     assert held_busy.owners[0].ready is True
+
+
+def test_a_pod_pinned_to_a_node_that_does_not_exist_does_not_stop_the_cluster() -> None:
+    store, player = cluster(startup_delay_s=0.0)
+    rd_deploy = store.registry.get("apps", "v1", "deployments")
+    assert rd_deploy is not None
+    store.create(rd_deploy, "default", gpu_workload("ghost", 1, node="no-such-node"))
+    store.create(rd_deploy, "default", gpu_workload("bert", 1))
+    player.reconcile(Now(mono=100.0, wall=API_SERVER_TIME))  # raised KeyError before
+    assert {p["metadata"]["labels"]["app"] for p in pods(store)} == {"ghost", "bert"}

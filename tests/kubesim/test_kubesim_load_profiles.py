@@ -33,6 +33,14 @@ PROFILE_CASES = [
     At("spike repeats every two minutes", "spike", 120 + 35, 400),
     At("diurnal starts at its low", "diurnal", 0, 40),
     At("diurnal peaks at half its period", "diurnal", 300, 260),
+    At("ramp starts flat", "ramp", 10, 40),
+    At("ramp climbs in a straight line", "ramp", 80, 195),
+    At("ramp holds its top", "ramp", 170, 350),
+    At("ramp comes down in a line", "ramp", 230, 205),
+    At("ramp ends low", "ramp", 1000, 60),
+    At("bursty has a low base", "bursty", 10, 60),
+    At("bursty bursts", "bursty", 85, 320),
+    At("bursty repeats", "bursty", 220 + 25, 260),
     At("constant:N is N", "constant:120", 55, 120),
     At("a bare number is a constant", "75", 3, 75),
     At("negative time counts as the start", "step", -5, 30),
@@ -47,7 +55,7 @@ def test_profile_value_at_time(case: At) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("ramp", "unknown load profile"),
+        ("rampage", "unknown load profile"),
         ("constant:-3", "non-negative"),
         ("constant:x", "unknown load profile"),
     ],

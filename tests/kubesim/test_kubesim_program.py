@@ -73,7 +73,7 @@ async def test_runs_serves_with_a_token_and_stops_on_sigterm(tmp_path: Path) -> 
     ("flag", "named"),
     [
         ("--startup-delay=soon", "--startup-delay"),
-        ("--profile=ramp", "--profile"),
+        ("--profile=staircase", "--profile"),
         ("--nodes=0", "--nodes"),
         ("--scenario=nowhere.yaml", "--scenario"),
     ],

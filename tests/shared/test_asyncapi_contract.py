@@ -80,7 +80,7 @@ def test_schema_rejects_what_the_decoder_rejects() -> None:
 
 def test_schema_accepts_what_a_newer_producer_may_add() -> None:
     newer = msgpack.unpackb(codec.encode(metrics()))
-    newer["averages"]["requests_waiting"] = 12.0
+    newer["averages"]["time_to_first_token_p90_s"] = 0.42
     newer["queue_model"] = {"kind": "fifo"}
     validate_payload("WorkloadMetrics", newer)
 
@@ -111,6 +111,9 @@ def _expected(t: Any) -> dict[str, Any]:
     if isinstance(t, insp.Metadata):  # a description beside the limits
         return _expected(t.type)
     if isinstance(t, insp.UnionType):
+        structs = [m for m in t.types if isinstance(m, insp.StructType)]
+        if structs:  # an optional nested shape: documented as oneOf [its schema, null]
+            return {"ref": structs[0].cls.__name__, "nullable": True}
         out: dict[str, Any] = {"type": set()}
         for member in t.types:
             part = _expected(member)
@@ -145,6 +148,13 @@ def _expected(t: Any) -> dict[str, Any]:
 
 
 def _documented(prop: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    choices = prop.get("oneOf")
+    if choices is not None:
+        refs = [_resolve(c, schemas)[1] for c in choices if "$ref" in c]
+        nulls = [c for c in choices if c.get("type") == "null"]
+        if len(refs) == 1 and len(nulls) == 1 and len(choices) == 2:
+            return {"ref": refs[0], "nullable": True}
+        return {"oneOf": choices}
     resolved, ref = _resolve(prop, schemas)
     if ref is not None:
         return {"ref": ref}

@@ -1,7 +1,8 @@
-"""What the demo watches: the NATS subjects, kube-sim's cluster and the GPUScaler.
+"""What the demo watches: the NATS subjects, kube-sim's cluster and the GPUScalers.
 
-It only reads. Each second it adds one point to the timeline of the watched
-workload (the first GPUScaler it finds, the demo's ``bert-intent-detection``).
+It only reads. Each second it adds one point to the timeline of every
+GPUScaler's workload (the demo's ``bert-intent-detection``; with ``--profile
+llm`` the two vLLM-like workloads ``llm-queue`` and ``llm-util``).
 """
 
 from __future__ import annotations
@@ -26,22 +27,25 @@ GROUP, VERSION, PLURAL = "gpuscale.io", "v1alpha1", "gpuscalers"
 
 
 @dataclass
-class DemoState:
+class WorkloadView:
+    """One GPUScaler's workload as the demo follows it."""
+
+    key: str  # "namespace/name" of the scale target
     profile: str
-    started: float = field(default_factory=time.time)
-    record: RunRecord = field(init=False)
-    workload: str | None = None  # "namespace/name"
     kind: str = "Deployment"
     target: float | None = None
     metric: str = "gpu_util"
     ready: int | None = None
     max_load: float = 0.0
     gpu_util_avg: float | None = None
+    metric_avg: float | None = None  # the GPUScaler's (first) metric
+    requests_waiting_avg: float | None = None
     metrics_ts: float | None = None
     load: float | None = None
     replicas: int | None = None
     desired: int | None = None
     conditions: list[dict[str, Any]] = field(default_factory=list)
+    record: RunRecord = field(init=False)
 
     def __post_init__(self) -> None:
         self.record = RunRecord(self.profile, Limits(1, 10))
@@ -50,19 +54,12 @@ class DemoState:
     def limits(self) -> Limits:
         return self.record.limits
 
-    def t(self, ts: float) -> float:
-        return round(ts - self.started, 3)
-
     def latest(self) -> TimelinePoint | None:
         return self.record.timeline[-1] if self.record.timeline else None
 
-    def matches(self, namespace: str, name: str) -> bool:
-        return self.workload == f"{namespace}/{name}"
-
     def as_json(self) -> dict[str, Any]:
         return {
-            "profile": self.profile,
-            "workload": self.workload,
+            "workload": self.key,
             "metric": self.metric,
             "target": self.target,
             "limits": {"min": self.limits.min_replicas, "max": self.limits.max_replicas},
@@ -75,6 +72,8 @@ class DemoState:
                     "replicas": p.replicas,
                     "desired": p.desired,
                     "gpu_util_avg": p.gpu_util_avg,
+                    "metric_avg": p.metric_avg,
+                    "requests_waiting_avg": p.requests_waiting_avg,
                 }
                 for p in self.record.timeline
             ],
@@ -89,6 +88,98 @@ class DemoState:
                 }
                 for a in self.record.actions[-50:]
             ],
+        }
+
+
+@dataclass
+class DemoState:
+    """Every GPUScaler's workload the demo follows, in the order they were found.
+
+    The first is the *primary* one; the attributes of one workload
+    (``workload``, ``record``, ``target``, ...) read and write it, which is all a
+    one-workload demo needs."""
+
+    profile: str
+    started: float = field(default_factory=time.time)
+    views: dict[str, WorkloadView] = field(default_factory=dict)
+
+    def t(self, ts: float) -> float:
+        return round(ts - self.started, 3)
+
+    def view(self, key: str) -> WorkloadView:
+        """The view of ``key``, made when first asked for."""
+        found = self.views.get(key)
+        if found is None:
+            found = self.views[key] = WorkloadView(key, self.profile)
+        return found
+
+    def find(self, namespace: str, name: str) -> WorkloadView | None:
+        return self.views.get(f"{namespace}/{name}")
+
+    @property
+    def primary(self) -> WorkloadView:
+        if not self.views:
+            return self.view("")
+        return next(iter(self.views.values()))
+
+    # --- the primary workload ---------------------------------------------------------
+
+    @property
+    def workload(self) -> str | None:
+        return self.primary.key or None if self.views else None
+
+    @workload.setter
+    def workload(self, key: str) -> None:
+        view = self.views.pop("", None)
+        self.views = {key: view or WorkloadView(key, self.profile), **self.views}
+        self.views[key].key = key
+
+    @property
+    def record(self) -> RunRecord:
+        return self.primary.record
+
+    @property
+    def target(self) -> float | None:
+        return self.primary.target
+
+    @target.setter
+    def target(self, value: float | None) -> None:
+        self.primary.target = value
+
+    @property
+    def metric(self) -> str:
+        return self.primary.metric
+
+    @property
+    def limits(self) -> Limits:
+        return self.primary.limits
+
+    @property
+    def gpu_util_avg(self) -> float | None:
+        return self.primary.gpu_util_avg
+
+    @property
+    def ready(self) -> int | None:
+        return self.primary.ready
+
+    @property
+    def max_load(self) -> float:
+        return self.primary.max_load
+
+    def latest(self) -> TimelinePoint | None:
+        return self.primary.latest()
+
+    def matches(self, namespace: str, name: str) -> bool:
+        return f"{namespace}/{name}" in self.views
+
+    def as_json(self) -> dict[str, Any]:
+        views = [v for k, v in self.views.items() if k]
+        first = views[0].as_json() if views else WorkloadView("", self.profile).as_json()
+        return {
+            "profile": self.profile,
+            **first,
+            "workload": first["workload"] or None,
+            "workloads": [v.as_json() for v in views],
         }
 
 
@@ -115,22 +206,27 @@ class Observer:
     async def _on_metrics(self, msg: Any) -> None:
         with contextlib.suppress(WireError):
             m = self.metrics_reader.decode(msg.data, time.time())
-            if self.state.matches(m.namespace, m.name):
-                self.state.gpu_util_avg = m.averages.get(self.state.metric)
-                self.state.metrics_ts = m.ts
+            view = self.state.find(m.namespace, m.name)
+            if view is not None:
+                view.gpu_util_avg = m.averages.get("gpu_util")
+                view.metric_avg = m.averages.get(view.metric)
+                view.requests_waiting_avg = m.averages.get("requests_waiting")
+                view.metrics_ts = m.ts
 
     async def _on_decision(self, msg: Any) -> None:
         with contextlib.suppress(WireError):
             d = self.decisions_reader.decode(msg.data, time.time())
-            if self.state.matches(d.namespace, d.name):
-                self.state.record.decisions.append(
+            view = self.state.find(d.namespace, d.name)
+            if view is not None:
+                view.record.decisions.append(
                     DecisionRecord(self.state.t(d.ts), d.ts, d.from_replicas, d.to_replicas, d.reason, d.id)
                 )
 
     async def _on_action(self, msg: Any) -> None:
         with contextlib.suppress(WireError):
             a = self.actions_reader.decode(msg.data, time.time())
-            self.state.record.actions.append(
+            view = self.state.find(a.namespace, a.name) if a.name else None
+            (view or self.state.primary).record.actions.append(
                 ActionRecord(
                     self.state.t(a.ts),
                     a.ts,
@@ -142,32 +238,31 @@ class Observer:
                 )
             )
 
-    async def _read_scaler(self) -> None:
+    async def _read_scalers(self) -> None:
         listing = await self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-        items = listing.get("items", [])
-        if not items:
-            return
-        chosen = next(
-            (i for i in items if self.state.matches(i["metadata"]["namespace"], i["metadata"]["name"])),
-            items[0],
-        )
-        spec, status = chosen.get("spec", {}), chosen.get("status", {}) or {}
-        meta = chosen["metadata"]
-        ref = spec.get("scaleTargetRef", {})
-        self.state.workload = f"{meta['namespace']}/{ref.get('name', meta['name'])}"
-        self.state.kind = ref.get("kind", "Deployment")
-        metrics = spec.get("metrics") or [{}]
-        self.state.metric = metrics[0].get("name", "gpu_util")
-        self.state.target = metrics[0].get("target")
-        behavior = spec.get("behavior") or {}
-        self.state.record.limits = Limits(
-            int(spec.get("minReplicas", 1)),
-            int(spec.get("maxReplicas", 10)),
-            float((behavior.get("scaleUp") or {}).get("cooldownSeconds", 0) or 0),
-            float((behavior.get("scaleDown") or {}).get("cooldownSeconds", 0) or 0),
-        )
-        self.state.desired = status.get("desiredReplicas")
-        self.state.conditions = status.get("conditions") or []
+        for item in sorted(
+            listing.get("items", []), key=lambda i: i["metadata"].get("creationTimestamp", "")
+        ):
+            spec, status = item.get("spec", {}), item.get("status", {}) or {}
+            meta = item["metadata"]
+            ref = spec.get("scaleTargetRef", {})
+            key = f"{meta['namespace']}/{ref.get('name', meta['name'])}"
+            if not self.state.views or (len(self.state.views) == 1 and "" in self.state.views):
+                self.state.workload = key
+            view = self.state.view(key)
+            view.kind = ref.get("kind", "Deployment")
+            metrics = spec.get("metrics") or [{}]
+            view.metric = metrics[0].get("name", "gpu_util")
+            view.target = metrics[0].get("target")
+            behavior = spec.get("behavior") or {}
+            view.record.limits = Limits(
+                int(spec.get("minReplicas", 1)),
+                int(spec.get("maxReplicas", 10)),
+                float((behavior.get("scaleUp") or {}).get("cooldownSeconds", 0) or 0),
+                float((behavior.get("scaleDown") or {}).get("cooldownSeconds", 0) or 0),
+            )
+            view.desired = status.get("desiredReplicas")
+            view.conditions = status.get("conditions") or []
 
     async def _read_cluster(self, http: aiohttp.ClientSession) -> None:
         async with http.get(f"{self.sim_url}/sim/v1/workloads") as resp:
@@ -175,36 +270,46 @@ class Observer:
             body = await resp.json()
         items = body.get("workloads", []) if isinstance(body, dict) else body
         for w in items:
-            if self.state.workload is None or self.state.matches(w["namespace"], w["name"]):
-                self.state.load = float(w["load"])
-                self.state.max_load = max(self.state.max_load, self.state.load)
-                self.state.replicas = int(w["replicas"])
-                self.state.ready = int(w.get("ready_replicas", 0))
-                return
+            view = self.state.find(w["namespace"], w["name"])
+            if view is None:
+                continue
+            view.load = float(w["load"])
+            view.max_load = max(view.max_load, view.load)
+            view.replicas = int(w["replicas"])
+            view.ready = int(w.get("ready_replicas", 0))
+
+    def _record(self, view: WorkloadView, tick: float) -> None:
+        fresh = view.metrics_ts is not None and tick - view.metrics_ts < 10
+        desired = view.desired
+        if desired is None and view.record.decisions:
+            desired = view.record.decisions[-1].to_replicas
+
+        def kept(value: float | None) -> float | None:
+            return round(value, 2) if fresh and value is not None else None
+
+        view.record.timeline.append(
+            TimelinePoint(
+                self.state.t(tick),
+                view.load,
+                view.replicas,
+                desired,
+                kept(view.gpu_util_avg),
+                kept(view.metric_avg) if view.metric != "gpu_util" else None,
+                kept(view.requests_waiting_avg),
+            )
+        )
 
     async def run(self, stop: asyncio.Event, period_s: float = 1.0) -> None:
         await self.subscribe()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
             while not stop.is_set():
                 tick = time.time()
-                for read in (self._read_scaler, lambda: self._read_cluster(http)):
+                for read in (self._read_scalers, lambda: self._read_cluster(http)):
                     try:
                         await read()
                     except Exception as e:  # noqa: BLE001 - a part may be restarting; the view shows gaps, not a crash
                         self.log.debug("demo_read_failed", error=f"{type(e).__name__}: {e}")
-                fresh = self.state.metrics_ts is not None and tick - self.state.metrics_ts < 10
-                desired = self.state.desired
-                if desired is None and self.state.record.decisions:
-                    desired = self.state.record.decisions[-1].to_replicas
-                self.state.record.timeline.append(
-                    TimelinePoint(
-                        self.state.t(tick),
-                        self.state.load,
-                        self.state.replicas,
-                        desired,
-                        round(self.state.gpu_util_avg, 2)
-                        if fresh and self.state.gpu_util_avg is not None
-                        else None,
-                    )
-                )
+                for key, view in self.state.views.items():
+                    if key:
+                        self._record(view, tick)
                 await sleep_unless_stopped(stop, max(0.0, period_s - (time.time() - tick)))

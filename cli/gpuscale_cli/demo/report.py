@@ -6,10 +6,17 @@ wall-clock timestamps before they get here.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 APPLIED = ("applied", "conflict_retried")
+# What one replica should carry, in GPU-percent of load: the replicas a load
+# needs are ceil(load / this) (the demo's GPUScalers aim at 70 % per pod).
+NEEDED_PER_POD = 70.0
+# A scale-up beyond the most the load needed in this many seconds before it is overshoot.
+OVERSHOOT_LOOKBACK_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +26,8 @@ class TimelinePoint:
     replicas: int | None
     desired: int | None
     gpu_util_avg: float | None
+    metric_avg: float | None = None  # the GPUScaler's (first) metric, when not gpu_util
+    requests_waiting_avg: float | None = None  # the engine's queue per pod, when it has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +146,126 @@ def violations(record: RunRecord) -> list[str]:
     return found
 
 
-def summary(record: RunRecord, duration_s: float) -> dict[str, Any]:
-    """The --report document."""
+# --- what users pay for (issue 14): capacity against need ---------------------------
+
+
+def needed_replicas(
+    load: float, per_pod: float, min_replicas: int = 1, max_replicas: int | None = None
+) -> int:
+    """The replicas a load needs at ``per_pod`` GPU-percent each, within the limits."""
+    want = max(min_replicas, math.ceil(load / per_pod - 1e-9))
+    return want if max_replicas is None else min(max_replicas, want)
+
+
+@dataclass(frozen=True, slots=True)
+class Provisioning:
+    """Requested replicas against the replicas the load needed, over a run.
+
+    - ``episodes``: (start t, seconds) of each stretch where the requested count
+      was below the needed one (a load change the autoscaler had to follow); a
+      stretch still open at the end lasts until then;
+    - ``time_to_adequate_s``: the longest of them (None: never short);
+    - ``underprovisioned_gpu_s`` / ``overprovisioned_gpu_s``: the integrals of
+      missing and surplus GPU capacity, ``Σ max(0, needed − requested) × gpus_per_pod × dt``
+      and the reverse, each point holding until the next;
+    - ``scale_events``: changes of the requested count;
+    - ``max_overshoot_replicas``: how far a scale-up went above the most the load
+      needed in the ``OVERSHOOT_LOOKBACK_S`` before it (holding replicas after the
+      load fell, as a scale-down stabilization window does, is not overshoot:
+      it shows in ``overprovisioned_gpu_s``);
+    - ``oscillations``: changes that reverse the previous one while the need did
+      not move their way (3 → 4 → 3 at a need of 3 is one).
+    """
+
+    time_to_adequate_s: float | None
+    episodes: tuple[tuple[float, float], ...]
+    underprovisioned_gpu_s: float
+    overprovisioned_gpu_s: float
+    scale_events: int
+    max_overshoot_replicas: int
+    oscillations: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time_to_adequate_s": self.time_to_adequate_s,
+            "adequacy_episodes": [{"t": t, "seconds": d} for t, d in self.episodes],
+            "underprovisioned_gpu_s": self.underprovisioned_gpu_s,
+            "overprovisioned_gpu_s": self.overprovisioned_gpu_s,
+            "scale_events": self.scale_events,
+            "max_overshoot_replicas": self.max_overshoot_replicas,
+            "oscillations": self.oscillations,
+        }
+
+
+def provisioning(
+    points: Sequence[tuple[float, float, int]],
+    per_pod: float = NEEDED_PER_POD,
+    gpus_per_pod: int = 1,
+    min_replicas: int = 1,
+    max_replicas: int | None = None,
+) -> Provisioning:
+    """From ``(t, load, requested replicas)`` points in time order."""
+    under = over = 0.0
+    episodes: list[tuple[float, float]] = []
+    short_since: float | None = None
+    changes = oscillations = overshoot = 0
+    last_change: tuple[int, int] | None = None  # (direction, need at that change)
+    history: list[tuple[float, int]] = []  # (t, needed) within the lookback
+    previous: int | None = None
+    for i, (t, load, requested) in enumerate(points):
+        need = needed_replicas(load, per_pod, min_replicas, max_replicas)
+        history.append((t, need))
+        while history and history[0][0] < t - OVERSHOOT_LOOKBACK_S:
+            history.pop(0)
+        if i + 1 < len(points):
+            dt = points[i + 1][0] - t
+            under += max(0, need - requested) * gpus_per_pod * dt
+            over += max(0, requested - need) * gpus_per_pod * dt
+        if requested < need and short_since is None:
+            short_since = t
+        elif requested >= need and short_since is not None:
+            episodes.append((short_since, t - short_since))
+            short_since = None
+        if previous is not None and requested != previous:
+            changes += 1
+            direction = 1 if requested > previous else -1
+            if direction > 0:
+                overshoot = max(overshoot, requested - max(n for _, n in history))
+            if last_change is not None and direction != last_change[0]:
+                moved = need - last_change[1]
+                if moved * direction <= 0:
+                    oscillations += 1
+            last_change = (direction, need)
+        previous = requested
+    if short_since is not None and points:
+        episodes.append((short_since, points[-1][0] - short_since))
+    return Provisioning(
+        time_to_adequate_s=round(max(d for _, d in episodes), 3) if episodes else None,
+        episodes=tuple((round(t, 3), round(d, 3)) for t, d in episodes),
+        underprovisioned_gpu_s=round(under, 1),
+        overprovisioned_gpu_s=round(over, 1),
+        scale_events=changes,
+        max_overshoot_replicas=max(0, overshoot),
+        oscillations=oscillations,
+    )
+
+
+def record_provisioning(record: RunRecord, per_pod: float = NEEDED_PER_POD) -> Provisioning:
+    """:func:`provisioning` over a demo run's timeline (points with a load and a count)."""
+    points = [(p.t, p.load, p.replicas) for p in record.timeline if p.load is not None and p.replicas]
+    return provisioning(
+        points, per_pod, min_replicas=record.limits.min_replicas, max_replicas=record.limits.max_replicas
+    )
+
+
+def summary(record: RunRecord, duration_s: float, per_pod: float = NEEDED_PER_POD) -> dict[str, Any]:
+    """The --report document of one workload."""
     return {
         "profile": record.profile,
         "duration_s": round(duration_s, 3),
         "reaction_s": reaction_s(record),
+        "needed_per_pod": per_pod,
+        **record_provisioning(record, per_pod).to_json(),
         "limits": asdict(record.limits),
         "timeline": [
             {
@@ -151,6 +274,8 @@ def summary(record: RunRecord, duration_s: float) -> dict[str, Any]:
                 "replicas": p.replicas,
                 "desired": p.desired,
                 "gpu_util_avg": p.gpu_util_avg,
+                "metric_avg": p.metric_avg,
+                "requests_waiting_avg": p.requests_waiting_avg,
             }
             for p in record.timeline
         ],

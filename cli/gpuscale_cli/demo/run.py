@@ -11,6 +11,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.embedded_nats import EmbeddedNats, NatsServerError, free_port
@@ -25,6 +26,10 @@ from gpuscale_cli.demo.processes import ProcessGroup
 from gpuscale_cli.demo.settings import DemoSettings
 
 DEMO_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4")
+# ``--profile llm``: kube-sim's demo-llm cluster (two vLLM-like workloads, one
+# scaled on requests_waiting, one on gpu_util) on this one trace.
+LLM_PROFILE = "llm"
+LLM_TRACE = "bursty"
 DEFAULT_NON_TTY_DURATION_S = 120.0
 
 
@@ -47,13 +52,16 @@ def start_pipeline(settings: DemoSettings, group: ProcessGroup) -> tuple[str, Pa
     sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     kubeconfig = log_dir / "kubeconfig"
+    scenario, profile = (
+        ("demo-llm", LLM_TRACE) if settings.profile == LLM_PROFILE else ("demo", settings.profile)
+    )
     group.start(
         "kube-sim",
         "kube-sim",
         "--port", str(sim_port),
         "--kubeconfig-out", str(kubeconfig),
-        "--scenario", "demo",
-        "--profile", settings.profile,
+        "--scenario", scenario,
+        "--profile", profile,
         "--speed", str(settings.speed),
         "--startup-delay", str(settings.startup_delay_s),
     )  # fmt: skip
@@ -153,7 +161,7 @@ async def _run(settings: DemoSettings) -> int:
         nats.close()
         demo_log.close()
 
-    summary = report_mod.summary(state.record, run_s)
+    summary = _report(state, run_s)
     _print_summary(summary, log_dir)
     if settings.report is not None:
         settings.report.write_text(json.dumps(summary, indent=2))
@@ -161,17 +169,34 @@ async def _run(settings: DemoSettings) -> int:
     return code
 
 
-def _print_summary(summary: dict[str, object], log_dir: Path) -> None:
-    decisions = summary["decisions"]
-    assert isinstance(decisions, list)
+def _report(state: DemoState, run_s: float) -> dict[str, Any]:
+    """The --report document: the first workload's summary at the top level (as
+    before there were several), every workload's under ``workloads``."""
+    views = [v for k, v in state.views.items() if k] or [state.primary]
+    each = [
+        {"workload": v.key, "metric": v.metric, "target": v.target, **report_mod.summary(v.record, run_s)}
+        for v in views
+    ]
+    return {**each[0], "workloads": each}
+
+
+def _print_summary(summary: dict[str, Any], log_dir: Path) -> None:
     print()
     print(f"gpuscale demo finished after {summary['duration_s']} s (profile {summary['profile']})")
-    print(f"  reaction (first load step -> first scale-up PATCH): {summary['reaction_s']} s")
-    print(f"  decisions: {len(decisions)}")
-    for d in decisions[-10:]:
-        print(f"    t={d['t']:6.1f}s  {d['from']} -> {d['to']}: {d['reason']}")
-    violations = summary["violations"]
-    print(f"  violations: {violations if violations else 'none'}")
+    for w in summary["workloads"]:
+        decisions = w["decisions"]
+        print(f"  {w['workload'] or '(no GPUScaler)'} scaled on {w['metric']} (target {w['target']}):")
+        print(f"    reaction (first load step -> first scale-up PATCH): {w['reaction_s']} s")
+        print(
+            f"    time to adequate {w['time_to_adequate_s']} s · under-provisioned {w['underprovisioned_gpu_s']} GPU-s"
+            f" · over-provisioned {w['overprovisioned_gpu_s']} GPU-s · scale events {w['scale_events']}"
+            f" · overshoot {w['max_overshoot_replicas']} · oscillations {w['oscillations']}"
+        )
+        print(f"    decisions: {len(decisions)}")
+        for d in decisions[-10:]:
+            print(f"      t={d['t']:6.1f}s  {d['from']} -> {d['to']}: {d['reason']}")
+        violations = w["violations"]
+        print(f"    violations: {violations if violations else 'none'}")
     print(f"  logs: {log_dir}")
 
 

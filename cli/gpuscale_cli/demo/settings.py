@@ -15,7 +15,8 @@ class DemoSettings:
         "--profile",
         env="GPUSCALE_DEMO_PROFILE",
         parse=non_empty,
-        help="load profile: step, spike, diurnal, constant:N, or a YAML/JSON file of {t, load} points",
+        help="load profile: step, spike, diurnal, ramp, bursty, constant:N, or a YAML/JSON file of {t, load} "
+        "points; llm: two vLLM-like workloads on a bursty trace, one scaled on requests_waiting, one on gpu_util",
     )
     duration_s: float | None = option(
         None,

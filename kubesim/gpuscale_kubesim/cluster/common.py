@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from gpuscale_kubesim.resources import ResourceDef
 
@@ -106,3 +106,26 @@ def existing_transition(obj: Obj, type_: str, status: str) -> str | None:
 def drop_zero(status: Obj, keep: tuple[str, ...] = ()) -> Obj:
     """Kubernetes omits zero counters from workload status (omitempty)."""
     return {k: v for k, v in status.items() if v not in (0, "") or k in keep}
+
+
+class PodNetwork(Protocol):
+    """Gives each pod its IP (the kubelet asks once per pod) and takes it back."""
+
+    def address(self, pod: Obj) -> str: ...
+
+    def release(self, uid: str) -> None: ...
+
+
+class CountingNetwork:
+    """10.244.0.0/16 addresses in order, as a cluster's pod CIDR hands them out;
+    nothing listens on them."""
+
+    def __init__(self) -> None:
+        self._counter = 0
+
+    def address(self, pod: Obj) -> str:
+        self._counter += 1
+        return f"10.244.{self._counter // 250}.{self._counter % 250 + 2}"
+
+    def release(self, uid: str) -> None:
+        return None

@@ -11,7 +11,7 @@ from gpuscale_kubesim.errors import ApiError
 from gpuscale_kubesim.resources import ResourceDef, format_time
 from gpuscale_kubesim.store import Store
 
-from .common import Now, Obj, PodState, existing_transition
+from .common import CountingNetwork, Now, Obj, PodNetwork, PodState, existing_transition
 from .scheduler import Scheduler
 
 
@@ -23,6 +23,7 @@ class Kubelets:
         scheduler: Scheduler,
         startup_delay_s: float,
         termination_delay_s: float,
+        network: PodNetwork | None = None,
     ) -> None:
         self.store = store
         self.rd_pod = rd_pod
@@ -32,13 +33,14 @@ class Kubelets:
         self.pods: dict[str, PodState] = {}  # by pod uid
         # While set, scheduled pods are ready at once: the scenario's cluster was running before.
         self.warm = False
-        self._ip_counter = 0
+        self.network: PodNetwork = network or CountingNetwork()
 
     def sync(self, now: Now) -> None:
         pods = list(self.store.raw_items(self.rd_pod))
         live_uids = {p["metadata"]["uid"] for p in pods}
         for uid in [u for u in self.pods if u not in live_uids]:
             del self.pods[uid]  # gone: its GPUs are free again
+            self.network.release(uid)
         capacity = self.scheduler.node_capacity()
         used: dict[str, set[int]] = {n: set() for n in capacity}
         for state in self.pods.values():
@@ -80,6 +82,7 @@ class Kubelets:
             elif now.mono >= state.terminating_since + self.termination_delay_s:
                 self.store.finish_termination(self.rd_pod, pod)
                 self.pods.pop(meta["uid"], None)
+                self.network.release(meta["uid"])
             return
         if state is not None and not state.ready and now.mono >= state.scheduled_at + self.startup_delay_s:
             state.ready = True
@@ -103,8 +106,7 @@ class Kubelets:
         status = new.setdefault("status", {})
         ready = "True" if state.ready else "False"
         if "podIP" not in status:
-            self._ip_counter += 1
-            status["podIP"] = f"10.244.{self._ip_counter // 250}.{self._ip_counter % 250 + 2}"
+            status["podIP"] = self.network.address(new)
             status["podIPs"] = [{"ip": status["podIP"]}]
             status["hostIP"] = f"192.168.0.{sum(map(ord, state.node)) % 250 + 2}"
             status["startTime"] = wall

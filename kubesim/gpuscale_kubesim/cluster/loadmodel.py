@@ -5,6 +5,10 @@ A workload's load L (GPU-percent: 90 = one GPU's worth at 90 %) comes from
 ``set_load`` or the annotation ``sim.gpuscale.io/load``. Each ready pod's
 GPU shows ``min(100, L / ready GPUs)`` plus noise; a pod still loading its
 model shows its memory filling and no utilization.
+
+A pod that plays an inference server (``sim.gpuscale.io/engine: vllm``,
+:mod:`.inference`) turns the same load into requests that queue: its GPUs
+show its busy fraction, and its ``/metrics`` its queue and KV cache.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from gpuscale_kubesim.resources import ResourceDef
 from gpuscale_kubesim.store import Store
 
 from .common import LOAD_ANNOTATION, Now, Obj, Owner, PodState
+from .inference import Endpoint, EngineConfig, InferenceWorkloads, endpoint_of, render_vllm
 
 
 @dataclass
@@ -48,6 +53,7 @@ class LoadModel:
         self.startup_delay_s = startup_delay_s
         self.rng = rng
         self.loads: dict[tuple[str, str], WorkloadLoad] = {}
+        self.inference = InferenceWorkloads(EngineConfig())
 
     def set_load(self, namespace: str, name: str, profile: loadmod.Profile, now: Now) -> None:
         self.loads[(namespace, name)] = WorkloadLoad(profile, now.mono)
@@ -57,6 +63,50 @@ class LoadModel:
         if entry is None:
             return 0.0
         return entry.profile.at((now.mono - entry.since) * self.speed)
+
+    def _sim_load(self, workload: tuple[str, str], sim_t: float, now: Now) -> float:
+        """The workload's load at simulated time ``sim_t`` (``mono × speed``)."""
+        entry = self.loads.get(workload) or self._load_from_annotation(workload[0], workload[1], now)
+        if entry is None:
+            return 0.0
+        return entry.profile.at(sim_t - entry.since * self.speed)
+
+    # --- inference servers ---------------------------------------------------------------
+
+    def advance_engines(self, now: Now) -> dict[str, Obj]:
+        """Bring every serving engine pod's queue to ``now``; the pods by uid."""
+        pods = {p["metadata"]["uid"]: p for p in self.store.raw_items(self.rd_pod)}
+        serving: dict[tuple[str, str], dict[str, tuple[int, Endpoint]]] = {}
+        for uid, state in self.pods.items():
+            pod = pods.get(uid)
+            if pod is None or not state.serving:
+                continue
+            endpoint = endpoint_of(pod)
+            if endpoint is None:
+                continue
+            key = (pod["metadata"]["namespace"], self.owner_of(pod).name)
+            serving.setdefault(key, {})[uid] = (len(state.gpus), endpoint)
+        self.inference.advance(now.mono * self.speed, serving, lambda w, t: self._sim_load(w, t, now))
+        return pods
+
+    def engine_metrics(self, uid: str, now: Now) -> str | None:
+        """A serving engine pod's ``/metrics`` text at ``now``; None when it serves none."""
+        self.advance_engines(now)
+        pod = self.inference.pods.get(uid)
+        return None if pod is None else render_vllm(pod, self.inference.config)
+
+    def engine_totals(self, namespace: str, name: str, pods: Mapping[str, Obj]) -> tuple[float, float] | None:
+        """(waiting, running) over the workload's serving engine pods, or None: it has none."""
+        found = [
+            p
+            for uid, p in self.inference.pods.items()
+            if uid in pods
+            and pods[uid]["metadata"]["namespace"] == namespace
+            and self.owner_of(pods[uid]).name == name
+        ]
+        if not found:
+            return None
+        return sum(p.waiting for p in found), sum(p.running for p in found)
 
     def _load_from_annotation(self, namespace: str, name: str, now: Now) -> WorkloadLoad | None:
         for rd in (self.rd_deploy, self.rd_sts):
@@ -95,10 +145,12 @@ class LoadModel:
         return Owner(str(ref.get("kind")), str(ref.get("name")))
 
     def workloads(self, now: Now) -> list[Obj]:
+        pods = self.advance_engines(now)
         out = []
         for rd in (self.rd_deploy, self.rd_sts):
             for obj in self.store.raw_items(rd):
                 meta = obj["metadata"]
+                engine = self.engine_totals(meta["namespace"], meta["name"], pods)
                 out.append(
                     {
                         "namespace": meta["namespace"],
@@ -110,6 +162,9 @@ class LoadModel:
                         "ready_replicas": int((obj.get("status") or {}).get("readyReplicas", 0) or 0),
                     }
                 )
+                if engine is not None:  # an inference server: its queue, summed over pods
+                    out[-1]["requests_waiting"] = round(engine[0], 2)
+                    out[-1]["requests_running"] = round(engine[1], 2)
         return out
 
     def node_gpus(self, node_name: str, capacity: int, now: Now) -> NodeGpus:
@@ -120,7 +175,7 @@ class LoadModel:
             .get("nvidia.com/gpu.product", loadmod.H100_MODEL)
             .replace("-", " ")
         )
-        pods = {p["metadata"]["uid"]: p for p in self.store.raw_items(self.rd_pod)}
+        pods = self.advance_engines(now)
         owners = {uid: self.owner_of(p) for uid, p in pods.items() if uid in self.pods}
         # Ready GPUs per workload: the load is shared among them.
         ready_gpus: dict[tuple[str, str], int] = {}
@@ -142,7 +197,11 @@ class LoadModel:
                 pod, state = holder
                 owner = owners[pod["metadata"]["uid"]]
                 ns = pod["metadata"]["namespace"]
-                if state.serving:
+                engine = self.inference.pods.get(pod["metadata"]["uid"])
+                if state.serving and engine is not None:
+                    util = 100.0 * engine.busy(self.inference.config)
+                    loaded = 1.0
+                elif state.serving:
                     util = loadmod.util_per_gpu(
                         self.load_of(ns, owner.name, now), ready_gpus.get((ns, owner.name), 0)
                     )

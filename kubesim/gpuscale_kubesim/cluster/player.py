@@ -18,9 +18,10 @@ from gpuscale.simfeed import NodeGpus
 from gpuscale_kubesim import load as loadmod
 from gpuscale_kubesim.store import Change, Store
 
-from .common import Now, Obj, must
+from .common import Now, Obj, PodNetwork, must
 from .controllers import WorkloadControllers
 from .events import Recorder
+from .inference import Endpoint, endpoint_of
 from .kubelet import Kubelets
 from .loadmodel import LoadModel
 from .scheduler import Scheduler
@@ -35,6 +36,7 @@ class ClusterPlayer:
     rng: random.Random = field(default_factory=random.Random)
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
+    network: PodNetwork | None = None  # pod IPs (default: 10.244.x.y, nothing listening)
 
     def __post_init__(self) -> None:
         reg = self.store.registry
@@ -49,7 +51,12 @@ class ClusterPlayer:
         self.recorder = Recorder(self.store, rds["event"])
         self.scheduler = Scheduler(self.store, rds["pod"], rds["node"], self.recorder)
         self.kubelets = Kubelets(
-            self.store, rds["pod"], self.scheduler, self.startup_delay_s, self.termination_delay_s
+            self.store,
+            rds["pod"],
+            self.scheduler,
+            self.startup_delay_s,
+            self.termination_delay_s,
+            self.network,
         )
         self.controllers = WorkloadControllers(self.store, rds, self.recorder, self.kubelets.pods, self.rng)
         self.load_model = LoadModel(
@@ -108,6 +115,7 @@ class ClusterPlayer:
             self.controllers.statuses(now)
             if self.store.rv == before:
                 break
+        self.load_model.advance_engines(now)  # queues fill and drain whether or not anyone reads them
         return self.kubelets.next_due()
 
     # --- the load model, at the time of asking ---------------------------------------
@@ -120,6 +128,25 @@ class ClusterPlayer:
 
     def workloads(self) -> list[Obj]:
         return self.load_model.workloads(self.now())
+
+    def serving_endpoints(self) -> dict[str, tuple[str, Endpoint]]:
+        """uid → (pod IP, endpoint) of every pod that serves inference metrics now
+        (ready, not terminating, an engine annotation, an IP)."""
+        out: dict[str, tuple[str, Endpoint]] = {}
+        for pod in self.store.raw_items(self.load_model.rd_pod):
+            uid = pod["metadata"]["uid"]
+            state = self.kubelets.pods.get(uid)
+            ip = (pod.get("status") or {}).get("podIP")
+            if state is None or not state.serving or not ip:
+                continue
+            endpoint = endpoint_of(pod)
+            if endpoint is not None:
+                out[uid] = (str(ip), endpoint)
+        return out
+
+    def engine_metrics(self, uid: str) -> str | None:
+        """A serving inference-server pod's ``/metrics`` now (None: it serves none)."""
+        return self.load_model.engine_metrics(uid, self.now())
 
     def node_gpus(self, node_name: str) -> NodeGpus:
         capacity = self.scheduler.node_capacity().get(node_name, 0)

@@ -56,7 +56,7 @@ class Scheduler:
             if len(free) < need and not wanted_node:
                 continue
             gpus = free[:need]
-            used[node].update(gpus)
+            used.setdefault(node, set()).update(gpus)  # a pod pinned to a node that does not exist has none
             return Placement(node, gpus)
         return None
 

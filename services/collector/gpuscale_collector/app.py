@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 import sys
@@ -170,6 +171,7 @@ class Collector:
         self.cgroups = CgroupResolver(self.settings.proc_root)
         self.node_pods: Any = None
         self.pod_resources: Any = None
+        self.engines: Any = None  # EngineScraper, when engine metrics are scraped
         self._once = OncePerKey()
         self._pod_resources_ok: bool | None = None
         self._relogin: asyncio.Task[None] | None = None
@@ -202,23 +204,53 @@ class Collector:
             raise
         self.backend_ready = True
         self.log.info("backend_started", backend=self.backend.name)
+        kube_access = self.settings.kubeconfig is not None or bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
         if not self.backend.provides_owners:
             from gpuscale_collector.podresources.client import (
                 PodResourcesClient,
             )  # lazy import: pulls in grpc
 
             self.pod_resources = PodResourcesClient(self.settings.pod_resources_socket)
-            if self.settings.kubeconfig is not None or os.environ.get("KUBERNETES_SERVICE_HOST"):
-                from gpuscale_collector.kube_pods import NodePods  # lazy import: pulls in kubernetes_asyncio
-
-                self.node_pods = NodePods(self.settings.node_name, self.settings.kubeconfig)
-                tasks.append(asyncio.create_task(self.node_pods.run(stop)))
-            else:
+            if not kube_access:
                 self.log.warning(
                     "no_kubernetes_access",
                     detail="no --kubeconfig and not in a pod: workloads fall back to the pod itself",
                 )
+        # The pod watch: workloads (when the backend does not bring owners) and
+        # each GPU pod's IP and metrics annotations (engine metrics).
+        if kube_access and (not self.backend.provides_owners or self.settings.engine_metrics):
+            from gpuscale_collector.kube_pods import NodePods  # lazy import: reads YAML kubeconfigs
+
+            self.node_pods = NodePods(self.settings.node_name, self.settings.kubeconfig)
+            tasks.append(asyncio.create_task(self.node_pods.run(stop)))
+        if self.settings.engine_metrics and self.node_pods is not None:
+            from gpuscale_collector.engine_scraper import EngineScraper  # lazy import: only when scraping
+
+            self.engines = EngineScraper(
+                node=self.settings.node_name,
+                interval_s=self.settings.interval_s,
+                timeout_s=self.settings.engine_timeout,
+                concurrency=self.settings.engine_concurrency,
+                registry=self.ctx.metrics.registry,
+            )
+            phase = node_phase(self.settings.node_name, self.settings.interval_s)
+            tasks.append(asyncio.create_task(self.engines.run(stop, self._engine_targets, phase)))
+        elif self.settings.engine_metrics:
+            self.log.info(
+                "engine_metrics_off",
+                detail="no --kubeconfig and not in a pod: no pod IPs to scrape inference-server metrics from",
+            )
         return tasks
+
+    def _engine_targets(self) -> dict[tuple[str, str], Any]:
+        """The GPU pods of the last batch, with what the pod watch knows of them."""
+        batch, pods = self.last_batch, self.node_pods
+        if batch is None or pods is None:
+            return {}
+        holders = {(o.namespace, o.pod) for g in batch.gpus for o in g.owners}
+        return {
+            (p.namespace, p.name): p for p in pods.pods_by_uid.values() if (p.namespace, p.name) in holders
+        }
 
     async def shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
         # Last chance to send what is buffered (bounded by the runtime's shutdown timeout).
@@ -296,6 +328,10 @@ class Collector:
         attribution = Attribution()
         if not self.backend.provides_owners:
             attribution = await self._attribution(readings)
+        if self.engines is not None:
+            engines = self.engines.current(asyncio.get_running_loop().time())
+            if engines:
+                attribution = dataclasses.replace(attribution, engines=engines)
         self.seq += 1
         batch = build_batch(
             self.settings.node_name, now, self.seq, self.settings.interval_s, readings, attribution

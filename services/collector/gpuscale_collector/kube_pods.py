@@ -3,20 +3,24 @@
 Watches only this node's pods (field selector ``spec.nodeName=<node>``),
 resuming from the last resourceVersion and relisting on 410 Gone, and
 caches each ReplicaSet's owner (ReplicaSet → Deployment) so a pod costs one
-ReplicaSet read in its lifetime. kubernetes_asyncio is imported here only.
+ReplicaSet read in its lifetime. Plain JSON through :mod:`.kubeapi` (not
+kubernetes-asyncio: the collector's memory budget).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import get_logger
 from gpuscale.wire import WorkloadRef
 from gpuscale_collector.core.cgroup import container_id_of_status
+from gpuscale_collector.core.engines import SCRAPE_ANNOTATIONS
 from gpuscale_collector.core.workloads import (
     NeedReplicaSet,
     OwnerRef,
@@ -24,37 +28,52 @@ from gpuscale_collector.core.workloads import (
     replica_set_workload,
     resolve_workload,
 )
+from gpuscale_collector.kubeapi import ApiStatus, ConfigError, KubeApi, load_config
 
 WATCH_TIMEOUT_S = 240
 
 
-def pod_info_of(pod: Any) -> PodInfo:
-    """A kubernetes-asyncio V1Pod → what the collector keeps."""
-    meta = pod.metadata
-    owners = tuple(
-        OwnerRef(kind=r.kind, name=r.name, controller=bool(r.controller)) for r in meta.owner_references or ()
+def _owners(meta: Mapping[str, Any]) -> tuple[OwnerRef, ...]:
+    return tuple(
+        OwnerRef(
+            kind=str(r.get("kind", "")), name=str(r.get("name", "")), controller=bool(r.get("controller"))
+        )
+        for r in meta.get("ownerReferences") or ()
+        if isinstance(r, Mapping)
     )
+
+
+def pod_info_of(pod: Mapping[str, Any]) -> PodInfo:
+    """A Pod object (JSON) → what the collector keeps."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
     containers: dict[str, str] = {}
-    status = pod.status
-    for cs in [*(status.container_statuses or ()), *(status.init_container_statuses or ())] if status else ():
-        if cs.container_id:
-            containers[container_id_of_status(cs.container_id)] = cs.name
+    for cs in [*(status.get("containerStatuses") or ()), *(status.get("initContainerStatuses") or ())]:
+        if isinstance(cs, Mapping) and cs.get("containerID"):
+            containers[container_id_of_status(str(cs["containerID"]))] = str(cs.get("name", ""))
     ready = None
-    for condition in (status.conditions or ()) if status else ():
-        if condition.type == "Ready":
-            ready = condition.status == "True"
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            ready = condition.get("status") == "True"
+    notes = meta.get("annotations") or {}
+    annotations = (
+        {k: str(v) for k, v in notes.items() if k in SCRAPE_ANNOTATIONS} if isinstance(notes, Mapping) else {}
+    )
     return PodInfo(
-        uid=meta.uid or "",
-        namespace=meta.namespace,
-        name=meta.name,
-        owners=owners,
+        uid=str(meta.get("uid") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        owners=_owners(meta),
         containers=containers,
         ready=ready,
+        ip=str(status.get("podIP") or ""),
+        annotations=annotations or None,
     )
 
 
 class NodePods:
-    """Live view of this node's pods: uid → PodInfo and (ns, pod) → workload."""
+    """Live view of this node's pods: uid → PodInfo and (ns, pod) → workload
+    (each pod's IP and scrape annotations too: the engine scraper's targets)."""
 
     def __init__(self, node: str, kubeconfig: Path | None) -> None:
         self.node = node
@@ -62,27 +81,29 @@ class NodePods:
         self.pods_by_uid: dict[str, PodInfo] = {}
         self.workloads: dict[tuple[str, str], WorkloadRef] = {}
         self._rs_owners: dict[tuple[str, str], WorkloadRef | None] = {}
-        self._api: Any = None
+        self._api: KubeApi | None = None
         self._log = get_logger(component="kube_pods", node=node)
         self.synced = asyncio.Event()
 
+    def _selector(self) -> dict[str, str]:
+        return {"fieldSelector": f"spec.nodeName={self.node}"}
+
     async def run(self, stop: asyncio.Event) -> None:
         """List + watch until ``stop``; every failure backs off and relists."""
-        from kubernetes_asyncio.client import ApiException  # lazy import: lazy: sim mode has no API
-
-        from gpuscale.kube import new_api_client  # lazy import: imports kubernetes_asyncio
-
         delay = 0.5
         while not stop.is_set():
             try:
                 if self._api is None:
-                    self._api = await new_api_client(self.kubeconfig)
+                    self._api = KubeApi(load_config(self.kubeconfig))
                 rv = await self._relist()
                 delay = 0.5
                 await self._watch(rv, stop)
+                continue
             except asyncio.CancelledError:
                 raise
-            except ApiException as e:
+            except ConfigError as e:
+                self._log.error("pod_watch_config_error", error=str(e))
+            except ApiStatus as e:
                 if e.status == 410:
                     self._log.info("pod_watch_expired_relisting")
                     continue
@@ -97,53 +118,47 @@ class NodePods:
             await self._api.close()
             self._api = None
 
-    def _core(self) -> Any:
-        from kubernetes_asyncio import client  # lazy import: see run()
-
-        return client.CoreV1Api(self._api)
-
     async def _relist(self) -> str:
-        result = await self._core().list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}")
+        assert self._api is not None
+        result = await self._api.get("/api/v1/pods", self._selector())
         self.pods_by_uid = {}
-        for pod in result.items:
+        for pod in result.get("items") or ():
             await self._upsert(pod_info_of(pod))
         self._refresh_workloads()
         self.synced.set()
         self._log.info("pods_listed", pods=len(self.pods_by_uid))
-        return str(result.metadata.resource_version or "")
+        return str((result.get("metadata") or {}).get("resourceVersion") or "")
 
     async def _watch(self, resource_version: str, stop: asyncio.Event) -> None:
-        from kubernetes_asyncio import watch  # lazy import: see run()
-
-        w = watch.Watch()
-        stream = w.stream(
-            self._core().list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={self.node}",
-            resource_version=resource_version,
-            timeout_seconds=WATCH_TIMEOUT_S,
-            allow_watch_bookmarks=True,
-        )
-        stopper = asyncio.create_task(stop.wait())
+        assert self._api is not None
+        params = {
+            **self._selector(),
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+            "allowWatchBookmarks": "true",
+        }
+        events = self._api.watch("/api/v1/pods", params, read_timeout_s=WATCH_TIMEOUT_S + 30).__aiter__()
+        stopper = asyncio.ensure_future(stop.wait())
         try:
-            async with stream:
-                while not stop.is_set():
-                    nxt = asyncio.ensure_future(stream.__anext__())
-                    done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                    if nxt not in done:
-                        nxt.cancel()
-                        return
-                    try:
-                        event = nxt.result()
-                    except StopAsyncIteration:
-                        return  # the server closed the watch: relist (cheap for one node)
-                    await self._apply(event)
+            while not stop.is_set():
+                nxt = asyncio.ensure_future(events.__anext__())
+                done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:
+                    nxt.cancel()
+                    return
+                try:
+                    event = nxt.result()
+                except StopAsyncIteration:
+                    return  # the server closed the watch: relist (cheap for one node)
+                await self._apply(event)
         finally:
             stopper.cancel()
+            await events.aclose()  # type: ignore[attr-defined]  # an async generator
 
-    async def _apply(self, event: dict[str, Any]) -> None:
+    async def _apply(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         obj = event.get("object")
-        if kind == "BOOKMARK" or obj is None or not hasattr(obj, "metadata"):
+        if kind == "BOOKMARK" or not isinstance(obj, Mapping) or not isinstance(obj.get("metadata"), Mapping):
             return
         info = pod_info_of(obj)
         if kind == "DELETED":
@@ -159,21 +174,16 @@ class NodePods:
             await self._fetch_replica_set(result)
 
     async def _fetch_replica_set(self, need: NeedReplicaSet) -> None:
-        from kubernetes_asyncio import client  # lazy import: see run()
-        from kubernetes_asyncio.client import ApiException  # lazy import: see run()
-
+        assert self._api is not None
+        path = f"/apis/apps/v1/namespaces/{quote(need.namespace, safe='')}/replicasets/{quote(need.name, safe='')}"
         try:
-            rs = await client.AppsV1Api(self._api).read_namespaced_replica_set(need.name, need.namespace)
-        except ApiException as e:
+            rs = await self._api.get(path)
+        except ApiStatus as e:
             if e.status != 404:
                 raise
             self._rs_owners[(need.namespace, need.name)] = None
             return
-        owners = tuple(
-            OwnerRef(kind=r.kind, name=r.name, controller=bool(r.controller))
-            for r in rs.metadata.owner_references or ()
-        )
-        self._rs_owners[(need.namespace, need.name)] = replica_set_workload(owners)
+        self._rs_owners[(need.namespace, need.name)] = replica_set_workload(_owners(rs.get("metadata") or {}))
 
     def _refresh_workloads(self) -> None:
         workloads: dict[tuple[str, str], WorkloadRef] = {}

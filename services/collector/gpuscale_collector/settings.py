@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from gpuscale.settings import (
     CommonSettings,
+    boolean,
     choice,
     existing_file,
     non_empty,
@@ -93,6 +94,29 @@ class CollectorSettings(CommonSettings):
         "checks collectors with gpuscale nats-auth (re-read at every reconnect: the kubelet rotates it)",
         metavar="FILE",
     )
+    engine_metrics: bool = option(
+        True,
+        "--engine-metrics",
+        env="GPUSCALE_ENGINE_METRICS",
+        parse=boolean,
+        help="scrape each GPU pod's inference-server metrics (vLLM, SGLang, TGI, Triton) at its "
+        "gpuscale.io/metrics-port (or prometheus.io/port) and -path annotations, and send its queue "
+        "and KV-cache gauges with the samples (needs the pod watch: --kubeconfig or in-cluster)",
+    )
+    engine_timeout_s: float | None = option(
+        None,
+        "--engine-timeout",
+        env="GPUSCALE_ENGINE_TIMEOUT",
+        parse=seconds,
+        help="how long one pod's metrics may take to answer (default: half the interval, at most 0.5 s)",
+    )
+    engine_concurrency: int = option(
+        16,
+        "--engine-concurrency",
+        env="GPUSCALE_ENGINE_CONCURRENCY",
+        parse=positive_int,
+        help="pods' metrics endpoints scraped at the same time, at most",
+    )
     buffer_batches: int = option(
         300,
         "--buffer-batches",
@@ -101,7 +125,19 @@ class CollectorSettings(CommonSettings):
         help="batches kept while NATS is unreachable (oldest dropped first)",
     )
 
+    @property
+    def engine_timeout(self) -> float:
+        """The scrape timeout in seconds: given, or half the interval up to 0.5 s."""
+        if self.engine_timeout_s is not None:
+            return self.engine_timeout_s
+        return min(0.5, self.interval_s / 2)
+
     def __post_init__(self) -> None:
+        if self.engine_timeout_s is not None and self.engine_timeout_s >= self.interval_s:
+            raise ValueError(
+                f"--engine-timeout {self.engine_timeout_s:g} s must be shorter than --interval "
+                f"{self.interval_s:g} s: a scrape must end before the next one is due"
+            )
         if self.nats_token_file is not None and any(urlsplit(u).password is not None for u in self.nats_url):
             raise ValueError(
                 "--nats-url carries a user and password and --nats-token-file is set: NATS would get the "

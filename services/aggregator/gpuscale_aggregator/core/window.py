@@ -12,6 +12,11 @@ What one batch adds, per (GPU, owner) of a healthy GPU, to the owner's pod:
   (``fb_used + fb_free``) × 100;
 - ``power_w``: the GPU's ``power_w`` (power cannot be split per process).
 
+and, where the owner carries its pod's inference-engine gauges (``engine``,
+issue 14): ``requests_waiting``, ``requests_running`` and ``kv_cache_usage``
+(a per-pod value, the same on each of the pod's GPU entries, so the mean over
+them is that value).
+
 GPUs whose ``health`` is not ``ok`` contribute nothing (not even
 ``last_seen``: a pod whose only GPU is lost goes stale, which the decider
 treats as a missing pod). A GPU without owners feeds no workload. An owner
@@ -52,6 +57,13 @@ subtract exactly the stored float32 values, so they do not drift. Nothing is
 allocated per sample and nothing in the window is an object the garbage
 collector walks. A pod's number and ring are reused once its newest sample has
 left the window.
+
+The engine metrics live beside it in the same shape, only for pods that ever
+sent one (most GPU workloads have no inference engine, and memory is the
+budget): such a pod gets an engine number, and a second ring of 15-byte
+records (three float32 sums, three byte counts) whose buckets are the pod's
+buckets (the same slot, time and lifetime), and engine totals that are folded
+and evicted with the GPU record's.
 """
 
 from __future__ import annotations
@@ -68,6 +80,7 @@ from gpuscale.wire import (
     HEALTH_OK,
     METRIC_NAMES,
     UNSET,
+    EngineSignals,
     MetricValues,
     PodMetrics,
     SampleBatch,
@@ -85,8 +98,12 @@ WINDOW_METRICS: Final = (
     "gpu_mem_used_mib",
     "power_w",
 )
-if METRIC_NAMES[: len(WINDOW_METRICS)] != WINDOW_METRICS:
-    raise ImportError(f"gpuscale.wire's metrics begin {METRIC_NAMES}; the window computes {WINDOW_METRICS}")
+# The inference engine's gauges (issue 14), in a ring of their own for the pods that have them.
+ENGINE_METRICS: Final = ("requests_waiting", "requests_running", "kv_cache_usage")
+if METRIC_NAMES[: len(WINDOW_METRICS) + len(ENGINE_METRICS)] != WINDOW_METRICS + ENGINE_METRICS:
+    raise ImportError(
+        f"gpuscale.wire's metrics begin {METRIC_NAMES}; the window computes {WINDOW_METRICS + ENGINE_METRICS}"
+    )
 N_METRICS: Final = len(WINDOW_METRICS)
 # Index of each metric in the sums/counts of a bucket and in a pod's totals.
 GPU_UTIL, SM_ACTIVE, SM_UTIL, MEM_RATIO, MEM_MIB, POWER_W = range(N_METRICS)
@@ -99,6 +116,12 @@ _COUNT_MAX: Final = 255
 _HUGE: Final = 1e30
 _EMPTY: Final = 0.0  # a bucket's newest sample time when it holds nothing
 _TOTALS: Final = 2 * N_METRICS  # per pod: sums then counts over the ring
+N_ENGINE: Final = len(ENGINE_METRICS)
+# One bucket of one engine pod: waiting, running, KV-cache sums (float32), their counts.
+_ENGINE_RECORD: Final = struct.Struct(f"<{N_ENGINE}f{N_ENGINE}B")
+_EMPTY_ENGINE: Final = (0.0,) * N_ENGINE + (0,) * N_ENGINE
+_ENGINE_TOTALS: Final = 2 * N_ENGINE
+_NO_ENGINE: Final = -1
 
 # (namespace, workload kind, workload name)
 WorkloadTuple = tuple[str, str, str]
@@ -144,6 +167,12 @@ class WindowStore:
         self._oldest = array("q")  # lowest bucket index that may still be in the ring
         self._last_seen = array("d")
         self._interval = array("d")
+        self._engine = array("q")  # per pod: its engine number, _NO_ENGINE: none yet
+        # Per engine number × slot, and per engine number:
+        self._engine_ring = bytearray()  # _ENGINE_RECORD per bucket
+        self._engine_totals = array("d")  # _ENGINE_TOTALS per engine pod
+        self._engine_capacity = 0
+        self._engine_free: list[int] = []
 
     # --- pods ------------------------------------------------------------------
 
@@ -160,6 +189,7 @@ class WindowStore:
             self._oldest.append(0)
             self._last_seen.append(0.0)
             self._interval.append(1.0)
+            self._engine.append(_NO_ENGINE)
         self._open[pid] = -1
         self._oldest[pid] = bucket
         self._last_seen[pid] = 0.0
@@ -176,7 +206,27 @@ class WindowStore:
         self._pod_count -= 1
         t = pid * _TOTALS
         self._totals[t : t + _TOTALS] = array("d", bytes(8 * _TOTALS))
+        eid = self._engine[pid]
+        if eid != _NO_ENGINE:
+            self._engine[pid] = _NO_ENGINE
+            self._engine_free.append(eid)
         self._free.append(pid)
+
+    def _new_engine(self, pid: int) -> int:
+        """The pod's engine number: a ring of empty records and zero totals."""
+        if self._engine_free:
+            eid = self._engine_free.pop()
+        else:
+            eid = self._engine_capacity
+            self._engine_capacity += 1
+            self._engine_ring.extend(bytes(_ENGINE_RECORD.size * self.slots))
+            self._engine_totals.extend(array("d", bytes(8 * _ENGINE_TOTALS)))
+        size = _ENGINE_RECORD.size * self.slots
+        self._engine_ring[eid * size : (eid + 1) * size] = bytes(size)
+        t = eid * _ENGINE_TOTALS
+        self._engine_totals[t : t + _ENGINE_TOTALS] = array("d", bytes(8 * _ENGINE_TOTALS))
+        self._engine[pid] = eid
+        return eid
 
     # --- ingest -------------------------------------------------------------------
 
@@ -200,6 +250,7 @@ class WindowStore:
         pack_into = _RECORD.pack_into
         unpack_from = _RECORD.unpack_from
         size = _RECORD.size
+        engine_ids = self._engine
         for g in batch.gpus:
             util = g.util
             owners = g.owners
@@ -221,6 +272,10 @@ class WindowStore:
                 pid = None if members is None else members.get(o.pod)
                 if pid is None:
                     pid = self._new_pod(workload, o.pod, bucket)
+                engine = o.engine
+                eid = engine_ids[pid]
+                if engine and eid == _NO_ENGINE:
+                    eid = self._new_engine(pid)
                 sm_util = o.sm_util
                 mem = o.fb_used_mib
                 if mem is None:
@@ -258,6 +313,8 @@ class WindowStore:
                         )
                         if ts > slot_ts[slot]:
                             slot_ts[slot] = ts
+                    if engine:
+                        self._engine_merge(eid * slots + position, engine)
                 elif bucket > current:
                     # A newer bucket opens: the open one joins the totals; the slot's
                     # previous occupant (a bucket a ring older) leaves them.
@@ -278,6 +335,8 @@ class WindowStore:
                             totals[t + 9] += v[9]
                             totals[t + 10] += v[10]
                             totals[t + 11] += v[11]
+                            if eid != _NO_ENGINE:
+                                self._engine_fold(eid, current % slots)
                     if slot_ts[slot] != _EMPTY:
                         self._evict_slot(pid, slot)
                     pack_into(
@@ -298,14 +357,73 @@ class WindowStore:
                     )
                     slot_ts[slot] = ts
                     opened[pid] = bucket
+                    if eid != _NO_ENGINE:
+                        self._engine_open(eid * slots + position, engine)
                 else:
-                    self._add_late(pid, slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power))
+                    self._add_late(
+                        pid, slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power), engine
+                    )
                 if ts >= last_seen[pid]:
                     last_seen[pid] = ts
                     intervals[pid] = interval_s
 
+    # --- the engine ring (pods with an inference engine only) ---------------------------
+
+    def _engine_open(self, eslot: int, engine: Any) -> None:
+        """A new bucket's engine record: the owner's values, or nothing yet."""
+        if engine:
+            w, r, k = _engine_values(engine)
+            _ENGINE_RECORD.pack_into(
+                self._engine_ring,
+                eslot * _ENGINE_RECORD.size,
+                w or 0.0,
+                r or 0.0,
+                k or 0.0,
+                w is not None,
+                r is not None,
+                k is not None,
+            )
+        else:
+            _ENGINE_RECORD.pack_into(self._engine_ring, eslot * _ENGINE_RECORD.size, *_EMPTY_ENGINE)
+
+    def _engine_merge(self, eslot: int, engine: Any) -> None:
+        """More values for the open bucket (the pod's other GPU entries carry the same)."""
+        off = eslot * _ENGINE_RECORD.size
+        old = _ENGINE_RECORD.unpack_from(self._engine_ring, off)
+        if max(old[3], old[4], old[5]) >= _COUNT_MAX:
+            return
+        w, r, k = _engine_values(engine)
+        _ENGINE_RECORD.pack_into(
+            self._engine_ring,
+            off,
+            old[0] + (w or 0.0),
+            old[1] + (r or 0.0),
+            old[2] + (k or 0.0),
+            old[3] + (w is not None),
+            old[4] + (r is not None),
+            old[5] + (k is not None),
+        )
+
+    def _engine_fold(self, eid: int, position: int) -> None:
+        """The closing bucket's engine record joins the engine totals."""
+        v = _ENGINE_RECORD.unpack_from(self._engine_ring, (eid * self.slots + position) * _ENGINE_RECORD.size)
+        t = eid * _ENGINE_TOTALS
+        totals = self._engine_totals
+        for i in range(_ENGINE_TOTALS):
+            totals[t + i] += v[i]
+
     def _evict_slot(self, pid: int, slot: int) -> None:
         """Take one closed bucket out of the pod's totals and empty it."""
+        eid = self._engine[pid]
+        if eid != _NO_ENGINE:
+            position = slot - pid * self.slots
+            e = _ENGINE_RECORD.unpack_from(
+                self._engine_ring, (eid * self.slots + position) * _ENGINE_RECORD.size
+            )
+            et = eid * _ENGINE_TOTALS
+            engine_totals = self._engine_totals
+            for i in range(_ENGINE_TOTALS):
+                engine_totals[et + i] -= e[i]
         v = _RECORD.unpack_from(self._ring, slot * _RECORD.size)
         totals = self._totals
         t = pid * _TOTALS
@@ -324,7 +442,13 @@ class WindowStore:
         self._ts[slot] = _EMPTY
 
     def _add_late(
-        self, pid: int, slot: int, bucket: int, ts: float, values: tuple[float | None, ...]
+        self,
+        pid: int,
+        slot: int,
+        bucket: int,
+        ts: float,
+        values: tuple[float | None, ...],
+        engine: Any = None,
     ) -> None:
         """A sample for a bucket older than the open one (a reordered batch, a
         collector restart): into its closed bucket, and so into the totals. A
@@ -339,9 +463,13 @@ class WindowStore:
             if held < bucket:
                 self._evict_slot(pid, slot)
         off = slot * _RECORD.size
-        old = _RECORD.unpack_from(self._ring, off) if self._ts[slot] != _EMPTY else _EMPTY_RECORD
+        occupied = self._ts[slot] != _EMPTY
+        old = _RECORD.unpack_from(self._ring, off) if occupied else _EMPTY_RECORD
         if old[N_METRICS] >= _COUNT_MAX:
             return
+        eid = self._engine[pid]
+        if eid != _NO_ENGINE:
+            self._engine_late(eid, slot - pid * self.slots, occupied, engine)
         sums = [s + (v or 0.0) for s, v in zip(old[:N_METRICS], values, strict=True)]
         counts = [c + (v is not None) for c, v in zip(old[N_METRICS:], values, strict=True)]
         _RECORD.pack_into(self._ring, off, *sums, *counts)
@@ -354,6 +482,27 @@ class WindowStore:
             self._ts[slot] = ts
         if bucket < self._oldest[pid]:
             self._oldest[pid] = bucket
+
+    def _engine_late(self, eid: int, position: int, occupied: bool, engine: Any) -> None:
+        """A late sample's engine values into its closed bucket, and so into the totals."""
+        off = (eid * self.slots + position) * _ENGINE_RECORD.size
+        old = _ENGINE_RECORD.unpack_from(self._engine_ring, off) if occupied else _EMPTY_ENGINE
+        w, r, k = _engine_values(engine) if engine else (None, None, None)
+        if max(old[3], old[4], old[5]) >= _COUNT_MAX:
+            return
+        new = (
+            old[0] + (w or 0.0),
+            old[1] + (r or 0.0),
+            old[2] + (k or 0.0),
+            old[3] + (w is not None),
+            old[4] + (r is not None),
+            old[5] + (k is not None),
+        )
+        _ENGINE_RECORD.pack_into(self._engine_ring, off, *new)
+        stored = _ENGINE_RECORD.unpack_from(self._engine_ring, off)
+        t = eid * _ENGINE_TOTALS
+        for i in range(_ENGINE_TOTALS):
+            self._engine_totals[t + i] += stored[i] - old[i]
 
     def _evict(self, pid: int, cutoff: float) -> bool:
         """Drop the pod's buckets whose newest sample is at or before ``cutoff``,
@@ -428,6 +577,9 @@ class WindowStore:
         fresh = stale = 0
         a0 = a1 = a2 = a3 = a4 = a5 = 0.0  # sums of fresh pods' means, and how many
         n0 = n1 = n2 = n3 = n4 = n5 = 0
+        a6 = a7 = a8 = 0.0  # the same for the engine metrics
+        n6 = n7 = n8 = 0
+        engine_ids = self._engine
         for pod in sorted(members):
             pid = members[pod]
             t = pid * _TOTALS
@@ -441,8 +593,14 @@ class WindowStore:
             v3: Any = (0.0 if s3 <= 0.0 else 100.0 if s3 >= 100.0 * c3 else s3 / c3) if c3 > 0.5 else unset
             v4: Any = (0.0 if s4 <= 0.0 else s4 / c4) if c4 > 0.5 else unset
             v5: Any = (0.0 if s5 <= 0.0 else s5 / c5) if c5 > 0.5 else unset
+            v6: Any = unset
+            v7: Any = unset
+            v8: Any = unset
+            eid = engine_ids[pid]
+            if eid != _NO_ENGINE:
+                v6, v7, v8 = self._engine_means(eid, opened[pid] % slots)
             seen = last_seen[pid]
-            pods_out.append(PodMetrics(pod, MetricValues(v0, v1, v2, v3, v4, v5), seen))
+            pods_out.append(PodMetrics(pod, MetricValues(v0, v1, v2, v3, v4, v5, v6, v7, v8), seen))
             if now - seen > stale_after * intervals[pid]:
                 stale += 1
                 continue
@@ -465,6 +623,16 @@ class WindowStore:
             if v5 is not unset:
                 a5 += v5
                 n5 += 1
+            if eid != _NO_ENGINE:
+                if v6 is not unset:
+                    a6 += v6
+                    n6 += 1
+                if v7 is not unset:
+                    a7 += v7
+                    n7 += 1
+                if v8 is not unset:
+                    a8 += v8
+                    n8 += 1
         averages = MetricValues(
             min(a0 / n0, 100.0) if n0 else unset,
             min(a1 / n1, 100.0) if n1 else unset,
@@ -472,6 +640,9 @@ class WindowStore:
             min(a3 / n3, 100.0) if n3 else unset,
             a4 / n4 if n4 else unset,
             a5 / n5 if n5 else unset,
+            a6 / n6 if n6 else unset,
+            a7 / n7 if n7 else unset,
+            min(a8 / n8, 100.0) if n8 else unset,
         )
         return WorkloadMetrics(
             namespace=workload[0],
@@ -484,6 +655,20 @@ class WindowStore:
             pods_fresh=fresh,
             pods_stale=stale,
             source=self.config.source or UNSET,
+        )
+
+    def _engine_means(self, eid: int, position: int) -> tuple[Any, Any, Any]:
+        """An engine pod's window means (closed buckets' totals plus the open
+        bucket's record), UNSET where it sent none; pinned to the contract's ranges."""
+        t = eid * _ENGINE_TOTALS
+        v = _ENGINE_RECORD.unpack_from(self._engine_ring, (eid * self.slots + position) * _ENGINE_RECORD.size)
+        totals = self._engine_totals
+        sw, sr, sk = totals[t] + v[0], totals[t + 1] + v[1], totals[t + 2] + v[2]
+        cw, cr, ck = totals[t + 3] + v[3], totals[t + 4] + v[4], totals[t + 5] + v[5]
+        return (
+            (0.0 if sw <= 0.0 else sw / cw) if cw > 0.5 else UNSET,
+            (0.0 if sr <= 0.0 else sr / cr) if cr > 0.5 else UNSET,
+            (0.0 if sk <= 0.0 else 100.0 if sk >= 100.0 * ck else sk / ck) if ck > 0.5 else UNSET,
         )
 
     # --- sizes for /metrics ---------------------------------------------------
@@ -506,3 +691,13 @@ class WindowStore:
             for slot in range(pid * self.slots, (pid + 1) * self.slots)
             if self._ts[slot] != _EMPTY
         )
+
+
+def _engine_values(engine: EngineSignals) -> tuple[float | None, float | None, float | None]:
+    """An owner's engine gauges, large counts pinned so that a float32 sum of 255 stays finite."""
+    w, r = engine.requests_waiting, engine.requests_running
+    if w is not None and w > _HUGE:
+        w = _HUGE
+    if r is not None and r > _HUGE:
+        r = _HUGE
+    return w, r, engine.kv_cache_usage

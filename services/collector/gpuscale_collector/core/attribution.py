@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuscale.wire import HEALTH_OK, GpuOwner, GpuSample, SampleBatch, WorkloadRef
+import msgspec
+
+from gpuscale.wire import HEALTH_OK, EngineSignals, GpuOwner, GpuSample, SampleBatch, WorkloadRef
 from gpuscale_collector.core.cgroup import CgroupIdentity
 from gpuscale_collector.core.devices import ContainerRef, holders_of
 from gpuscale_collector.core.readings import DeviceReading
@@ -27,6 +29,8 @@ class Attribution:
     pid_identity: Mapping[int, CgroupIdentity] = field(default_factory=dict)
     pods_by_uid: Mapping[str, PodInfo] = field(default_factory=dict)
     workloads: Mapping[tuple[str, str], WorkloadRef] = field(default_factory=dict)
+    # (namespace, pod) → the pod's inference-server gauges scraped lately (issue 14)
+    engines: Mapping[tuple[str, str], EngineSignals] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,6 +131,8 @@ def to_sample(reading: DeviceReading, attribution: Attribution) -> GpuSample:
             owners=(),
         )
     owners = reading.owners if reading.owners is not None else owners_of(reading, attribution)
+    if attribution.engines:
+        owners = with_engines(owners, attribution.engines)
     return GpuSample(
         uuid=reading.uuid,
         index=reading.index,
@@ -141,6 +147,20 @@ def to_sample(reading: DeviceReading, attribution: Attribution) -> GpuSample:
         mig=reading.mig_parent,
         health=reading.health,
         owners=owners,
+    )
+
+
+def with_engines(
+    owners: tuple[GpuOwner, ...], engines: Mapping[tuple[str, str], EngineSignals]
+) -> tuple[GpuOwner, ...]:
+    """Each owner with its pod's engine signals, where there are any."""
+    if not any((o.namespace, o.pod) in engines for o in owners):
+        return owners
+    return tuple(
+        msgspec.structs.replace(o, engine=signals)
+        if (signals := engines.get((o.namespace, o.pod))) is not None
+        else o
+        for o in owners
     )
 
 

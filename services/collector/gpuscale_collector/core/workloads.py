@@ -26,6 +26,9 @@ class PodInfo:
     # container id (no runtime:// prefix) → container name
     containers: Mapping[str, str] | None = None
     ready: bool | None = None  # the pod's Ready condition
+    ip: str = ""  # status.podIP: where its inference server's metrics are scraped
+    # The annotations that say where (core.engines.SCRAPE_ANNOTATIONS), no others.
+    annotations: Mapping[str, str] | None = None
 
 
 def controller_of(owners: Sequence[OwnerRef]) -> OwnerRef | None:

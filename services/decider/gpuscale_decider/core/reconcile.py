@@ -228,6 +228,16 @@ def reconcile(
     state, notes = _settle_pending(memory.state, current, now, config, longest_period(spec))
     state = _seen(state, current, now)
     evaluation, state = _evaluate(spec, current, target, pods, observation, state, now, config)
+    if observation is not None and evaluation.fresh and abs(observation.window_s - spec.window_s) >= 0.5:
+        # One window per aggregator for now: say so in every reason rather than pretend.
+        evaluation = replace(
+            evaluation,
+            steps=(
+                *evaluation.steps,
+                f"averaged over the aggregator's {observation.window_s:g} s window, "
+                f"not spec.window {spec.window_s:g} s (set the aggregator's --window to match)",
+            ),
+        )
 
     shadow = spec.mode is Mode.SHADOW
     advice: PlannedDecision | None = None

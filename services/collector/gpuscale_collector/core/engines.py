@@ -1,0 +1,292 @@
+"""Inference-engine gauges from a pod's metrics endpoint: where to scrape,
+which engine answered, which series it has, and what they add up to. Pure.
+
+The shell fetches the text and hands it to ``prometheus_client``'s parser
+(this module does not import it: a core does no I/O and imports no I/O
+library); :func:`recognise` takes the parsed families as values. Before
+parsing, :func:`select_lines` keeps only the lines of the families read here:
+a real vLLM or SGLang exposition is mostly histograms (tens of KB a scrape),
+and parsing all of it eight times a second would cost more than the
+collector's whole CPU budget. The kept lines are parsed, never picked apart
+here.
+
+What is read (the names as the engines' own sources and docs spell them;
+samples in /work/shared/engine_metrics and tests/collector/engine_samples):
+
+| engine | requests_waiting | requests_running | kv_cache_usage (0-1 fraction → %) |
+|---|---|---|---|
+| vLLM (V1 and V0) | ``vllm:num_requests_waiting`` | ``vllm:num_requests_running`` | ``vllm:kv_cache_usage_perc``, else the deprecated ``vllm:gpu_cache_usage_perc`` |
+| SGLang | ``sglang:num_queue_reqs`` | ``sglang:num_running_reqs`` | ``sglang:token_usage`` |
+| TGI | ``tgi_queue_size`` | ``tgi_batch_current_size`` | (none: TGI exposes no KV gauge) |
+| Triton | ``nv_inference_pending_request_count`` | | |
+| Triton + TensorRT-LLM | ``nv_trt_llm_request_metrics{request_type="waiting"}`` | ``…{request_type="active"}`` | ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`` |
+
+Queue and running counts are summed over every series of the family (one
+per vLLM engine under data parallelism, one per Triton model, and over the
+engines of a pod that runs several); KV-cache usage is the mean over the
+engines' series (each engine has its own pool). Counters are not read
+(Triton's queue time is cumulative: demand would be its rate, not its value).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final, Protocol
+
+from gpuscale.wire import EngineSignals
+
+# --- where to scrape -------------------------------------------------------------
+
+PORT_ANNOTATION: Final = "gpuscale.io/metrics-port"
+PATH_ANNOTATION: Final = "gpuscale.io/metrics-path"
+PROMETHEUS_PORT: Final = "prometheus.io/port"
+PROMETHEUS_PATH: Final = "prometheus.io/path"
+PROMETHEUS_SCRAPE: Final = "prometheus.io/scrape"
+# The annotations the pod watch keeps (nothing else of a pod's metadata is needed).
+SCRAPE_ANNOTATIONS: Final = (
+    PORT_ANNOTATION,
+    PATH_ANNOTATION,
+    PROMETHEUS_PORT,
+    PROMETHEUS_PATH,
+    PROMETHEUS_SCRAPE,
+)
+DEFAULT_PATH: Final = "/metrics"
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeTarget:
+    url: str
+    source: str  # the annotation the port came from
+
+
+@dataclass(frozen=True, slots=True)
+class TargetProblem:
+    """A pod that asks to be scraped in a way that cannot work; ``reason`` is a bounded label."""
+
+    reason: str  # bad_port | bad_path
+    detail: str
+
+
+def scrape_target(ip: str, annotations: Mapping[str, str] | None) -> ScrapeTarget | TargetProblem | None:
+    """The URL of a pod's metrics endpoint, from its annotations; None when the
+    pod names no port (it serves no engine metrics we know of) or has no IP yet.
+
+    ``gpuscale.io/metrics-port`` / ``-path`` first, then Prometheus' common
+    ``prometheus.io/port`` / ``/path`` (each on its own); a pod that says
+    ``prometheus.io/scrape: "false"`` and names no gpuscale port is left alone.
+    """
+    notes = annotations or {}
+    port_text = notes.get(PORT_ANNOTATION)
+    source = PORT_ANNOTATION
+    if port_text is None:
+        if notes.get(PROMETHEUS_SCRAPE, "").strip().lower() == "false":
+            return None
+        port_text = notes.get(PROMETHEUS_PORT)
+        source = PROMETHEUS_PORT
+    if port_text is None or not ip:
+        return None
+    port_text = port_text.strip()
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        return TargetProblem("bad_port", f"{source}={port_text!r} is not a port number (1-65535)")
+    path = notes.get(PATH_ANNOTATION) or notes.get(PROMETHEUS_PATH) or DEFAULT_PATH
+    path = path.strip()
+    if not path.startswith("/") or any(c.isspace() or ord(c) < 32 or c == "#" for c in path):
+        return TargetProblem("bad_path", f"metrics path {path!r} must start with / and hold no spaces or #")
+    host = f"[{ip}]" if ":" in ip else ip
+    return ScrapeTarget(f"http://{host}:{int(port_text)}{path}", source)
+
+
+# --- what is read ---------------------------------------------------------------------
+
+
+class Signal(StrEnum):
+    WAITING = "requests_waiting"
+    RUNNING = "requests_running"
+    KV = "kv_cache_usage"
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One family read here: which engine, which signal, and how."""
+
+    engine: str
+    signal: Signal
+    fraction: bool = False  # a 0-1 fraction (reported as %)
+    label: tuple[str, str] | None = None  # only samples with this label value
+    fallback_for: str | None = None  # read only when this family is absent
+
+
+SERIES: Final[Mapping[str, tuple[Series, ...]]] = {
+    "vllm:num_requests_waiting": (Series("vllm", Signal.WAITING),),
+    "vllm:num_requests_running": (Series("vllm", Signal.RUNNING),),
+    "vllm:kv_cache_usage_perc": (Series("vllm", Signal.KV, fraction=True),),
+    "vllm:gpu_cache_usage_perc": (
+        Series("vllm", Signal.KV, fraction=True, fallback_for="vllm:kv_cache_usage_perc"),
+    ),
+    "sglang:num_queue_reqs": (Series("sglang", Signal.WAITING),),
+    "sglang:num_running_reqs": (Series("sglang", Signal.RUNNING),),
+    "sglang:token_usage": (Series("sglang", Signal.KV, fraction=True),),
+    "tgi_queue_size": (Series("tgi", Signal.WAITING),),
+    "tgi_batch_current_size": (Series("tgi", Signal.RUNNING),),
+    "nv_inference_pending_request_count": (Series("triton", Signal.WAITING),),
+    "nv_trt_llm_request_metrics": (
+        Series("triton", Signal.WAITING, label=("request_type", "waiting")),
+        Series("triton", Signal.RUNNING, label=("request_type", "active")),
+    ),
+    "nv_trt_llm_kv_cache_block_metrics": (
+        Series("triton", Signal.KV, fraction=True, label=("kv_cache_block_type", "fraction")),
+    ),
+}
+# A fraction a little above 1 is rounding in the engine (e.g. 1.0000001); more is not a fraction.
+_FRACTION_SLACK: Final = 1e-6
+# Lines the shell hands to the parser: the samples of these families and their
+# TYPE lines (a sample line starts with its family's name: gauges have no suffix).
+_LINE_PREFIXES: Final = tuple(SERIES) + tuple(f"# TYPE {name}" for name in SERIES)
+
+
+def select_lines(text: str) -> str:
+    """The lines of ``text`` that belong to the families read here (and their
+    TYPE lines), for the parser. Others may share a prefix
+    (``vllm:num_requests_waiting_by_priority``): they parse as families of
+    their own names, which :func:`recognise` does not read."""
+    return "\n".join(line for line in text.splitlines() if line.startswith(_LINE_PREFIXES))
+
+
+class SampleLike(Protocol):
+    """A parsed sample (``prometheus_client.samples.Sample`` fits)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def value(self) -> float: ...
+
+
+class FamilyLike(Protocol):
+    """A parsed family (``prometheus_client.metrics_core.Metric`` fits)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def samples(self) -> Sequence[SampleLike]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReading:
+    """What one scrape of one pod said."""
+
+    engines: tuple[str, ...] = ()  # sorted: which engines answered
+    series: tuple[str, ...] = ()  # the families read, sorted
+    requests_waiting: float | None = None
+    requests_running: float | None = None
+    kv_cache_usage: float | None = None  # %
+    problems: tuple[str, ...] = ()  # series left out, and why (for the log)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.engines)
+
+    def signals(self) -> EngineSignals | None:
+        if not self.engines:
+            return None
+        return EngineSignals(
+            "+".join(self.engines),
+            requests_waiting=self.requests_waiting,
+            requests_running=self.requests_running,
+            kv_cache_usage=self.kv_cache_usage,
+        )
+
+
+def recognise(families: Iterable[FamilyLike]) -> EngineReading:
+    """The engine gauges among parsed families, summed (queues) or averaged (KV)."""
+    by_name: dict[str, list[FamilyLike]] = {}
+    for family in families:
+        if family.name in SERIES:
+            by_name.setdefault(family.name, []).append(family)
+    sums: dict[Signal, float] = {}
+    kv: list[float] = []
+    engines: set[str] = set()
+    used: set[str] = set()
+    problems: list[str] = []
+    for name, found in by_name.items():
+        for spec in SERIES[name]:
+            if spec.fallback_for is not None and spec.fallback_for in by_name:
+                continue
+            values = _values(name, spec, found, problems)
+            if not values:
+                continue
+            engines.add(spec.engine)
+            used.add(name)
+            if spec.signal is Signal.KV:
+                kv.extend(values)
+            else:
+                sums[spec.signal] = sums.get(spec.signal, 0.0) + math.fsum(values)
+    return EngineReading(
+        engines=tuple(sorted(engines)),
+        series=tuple(sorted(used)),
+        requests_waiting=sums.get(Signal.WAITING),
+        requests_running=sums.get(Signal.RUNNING),
+        kv_cache_usage=min(100.0, math.fsum(kv) / len(kv)) if kv else None,
+        problems=tuple(problems),
+    )
+
+
+def _values(name: str, spec: Series, families: list[FamilyLike], problems: list[str]) -> list[float]:
+    """The usable sample values of one family for one series (fractions as %)."""
+    out: list[float] = []
+    for family in families:
+        if family.type not in ("gauge", "untyped", "unknown"):
+            problems.append(f"{name} is a {family.type}, not a gauge")
+            continue
+        for sample in family.samples:
+            if sample.name != name:
+                continue
+            if spec.label is not None and sample.labels.get(spec.label[0]) != spec.label[1]:
+                continue
+            value = float(sample.value)
+            if not math.isfinite(value) or value < 0.0:
+                problems.append(f"{name}={value} is not a count or fraction")
+                continue
+            if spec.fraction:
+                if value > 1.0 + _FRACTION_SLACK:
+                    problems.append(f"{name}={value:g} is not a 0-1 fraction")
+                    continue
+                value = min(value, 1.0) * 100.0
+            out.append(value)
+    return out
+
+
+# --- when to try a failing pod again --------------------------------------------------
+
+FAILURES_BEFORE_BACKOFF: Final = 3
+MAX_BACKOFF_S: Final = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A pod's run of failed scrapes, and when to try it next (monotonic seconds)."""
+
+    failures: int = 0
+    retry_at: float = 0.0
+    reason: str = ""  # the last failure's reason
+
+    def due(self, now: float) -> bool:
+        return now >= self.retry_at
+
+
+def failed(health: Health, reason: str, now: float, interval_s: float, jitter: float) -> Health:
+    """After a failure: try again next round until ``FAILURES_BEFORE_BACKOFF`` in a
+    row, then wait ``interval × 2^k`` (k = failures beyond that, up to
+    ``MAX_BACKOFF_S``), stretched by ``jitter`` in [0, 1) × half of it, so that a
+    node of dead endpoints does not knock every round nor in step."""
+    failures = health.failures + 1
+    if failures < FAILURES_BEFORE_BACKOFF:
+        return Health(failures, now, reason)
+    wait = min(MAX_BACKOFF_S, interval_s * 2.0 ** (failures - FAILURES_BEFORE_BACKOFF + 1))
+    return Health(failures, now + wait * (1.0 + 0.5 * jitter), reason)

@@ -1,0 +1,122 @@
+"""The collector scrapes the inference-server pods of its node as in a cluster:
+pod IP and annotations from its pod watch (kube-sim through kubernetes-asyncio),
+/metrics over real HTTP from pods kube-sim plays as vLLM, the values in the
+samples it publishes. Sampling never waits for a scrape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuscale.wire import EngineSignals, SampleBatch
+
+from ..k8s_objects import gpu_workload, vllm_annotations
+
+pytestmark = pytest.mark.integration
+
+NODE = "gpu-node-1"
+
+
+def owners(batch: SampleBatch | None, workload: str) -> list[Any]:
+    return [o for g in (batch.gpus if batch else ()) for o in g.owners if o.workload.name == workload]
+
+
+def engines_of(collector: Any, workload: str) -> dict[str, EngineSignals]:
+    found = {o.pod: o.engine for o in owners(collector.last_batch, workload) if o.engine}
+    assert found, f"no {workload} owner carries engine signals yet"
+    return found
+
+
+async def test_engine_gauges_ride_on_the_samples_of_their_pods(kube_sim: Any, kit: Any) -> None:
+    await kube_sim.create(gpu_workload("llm", 2, node=NODE, pod_annotations=vllm_annotations(18100)))
+    await kube_sim.create(gpu_workload("bert", 1, node=NODE))
+    kube_sim.set_load("default", "llm", 320)  # 1.6 × what two pods serve: queues grow
+    settings = kit.settings(
+        node_name=NODE, sim_source="kube-sim", kubeconfig=kube_sim.kubeconfig_path, interval_s="0.2"
+    )
+    async with kit.running(settings) as rc:
+
+        def both_pods_queueing() -> dict[str, EngineSignals]:
+            found = engines_of(rc.collector, "llm")
+            assert len(found) == 2
+            assert all((e.requests_waiting or 0) > 0 for e in found.values())
+            return found
+
+        found = await kit.wait_for(both_pods_queueing, 15, "both llm pods' queues in the samples")
+        for signals in found.values():
+            assert signals.name == "vllm"
+            assert signals.requests_running == pytest.approx(16.0)  # 16 slots on its one GPU, full
+            assert signals.kv_cache_usage is not None
+            assert 85.0 <= signals.kv_cache_usage <= 100.0
+        # A plain GPU workload carries none.
+        assert owners(rc.collector.last_batch, "bert")
+        assert not any(o.engine for o in owners(rc.collector.last_batch, "bert"))
+        metrics = rc.ctx.metrics.registry
+        assert (
+            metrics.get_sample_value("gpuscale_collector_engine_scrapes_total", {"outcome": "ok"}) or 0
+        ) >= 2
+        assert metrics.get_sample_value("gpuscale_collector_engine_targets") == 2
+
+
+async def test_a_hanging_endpoint_does_not_delay_sampling(kube_sim: Any, kit: Any) -> None:
+    """Every engine pod's endpoint stalls for longer than a tick: batches keep
+    coming at the interval, the pods' samples carry no engine values, and the
+    stall is counted as timeouts."""
+    await kube_sim.create(gpu_workload("llm", 2, node=NODE, pod_annotations=vllm_annotations(18101)))
+    settings = kit.settings(
+        node_name=NODE,
+        sim_source="kube-sim",
+        kubeconfig=kube_sim.kubeconfig_path,
+        interval_s="0.2",
+        engine_timeout_s="0.1",
+    )
+
+    async with kit.running(settings) as rc:
+        await kit.wait_for(lambda: engines_of(rc.collector, "llm"), 15, "the pods read once")
+        kube_sim.pod_servers.stall_s = 5.0  # every pod's server now answers 5 s late
+        registry = rc.ctx.metrics.registry
+
+        def timeouts() -> float:
+            return (
+                registry.get_sample_value("gpuscale_collector_engine_scrapes_total", {"outcome": "timeout"})
+                or 0
+            )
+
+        await kit.wait_for(lambda: timeouts() >= 2, 15, "scrapes timing out")
+        ticks = registry.get_sample_value("gpuscale_collector_ticks_total") or 0
+        await kit.wait_for(
+            lambda: not any(o.engine for o in owners(rc.collector.last_batch, "llm")),
+            15,
+            "stale values dropped",
+        )
+        # Ticks kept their pace meanwhile (0.2 s each; a blocked tick would be 5 s).
+        await kit.wait_for(
+            lambda: (registry.get_sample_value("gpuscale_collector_ticks_total") or 0) >= ticks + 5,
+            5,
+            "ticks",
+        )
+        assert (registry.get_sample_value("gpuscale_collector_ticks_skipped_total") or 0) <= 2
+
+
+async def test_no_kube_access_means_no_scraping_and_no_error(kit: Any) -> None:
+    settings = kit.settings(sim_source="constant:40")
+    async with kit.running(settings) as rc:
+        await kit.wait_for(lambda: rc.collector.last_batch is not None, what="a batch")
+        assert rc.collector.engines is None
+        assert rc.collector.node_pods is None  # the sim backend needs no pod watch then
+
+
+async def test_engine_scraping_can_be_turned_off(kube_sim: Any, kit: Any) -> None:
+    await kube_sim.create(gpu_workload("llm", 1, node=NODE, pod_annotations=vllm_annotations(18102)))
+    settings = kit.settings(
+        node_name=NODE,
+        sim_source="kube-sim",
+        kubeconfig=kube_sim.kubeconfig_path,
+        interval_s="0.2",
+        engine_metrics="false",
+    )
+    async with kit.running(settings) as rc:
+        await kit.wait_for(lambda: owners(rc.collector.last_batch, "llm"), 15, "the llm pod in a batch")
+        assert rc.collector.engines is None
+        assert rc.collector.node_pods is None  # the sim backend brings owners: no watch needed
