@@ -322,6 +322,10 @@ class WorkloadMetrics(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_V
     # Which aggregator sent it (added in v1; absent from older ones): its readers
     # measure each sender's clock offset by it.
     source: SenderName | UnsetType = UNSET
+    # Added in v1: set when the averages start later than ts - window_s, because a
+    # pod joined the workload then (what was measured before is no evidence of the
+    # per-pod load after it); the sender's clock, like ts.
+    since: Timestamp | UnsetType = UNSET
 
     KIND: ClassVar[str] = "metrics"
 

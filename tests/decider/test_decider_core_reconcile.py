@@ -849,3 +849,15 @@ def test_a_policy_window_the_aggregator_does_not_keep_is_said_in_the_reason() ->
     same = reconcile(Memory(seen()), policy(window="30s"), Target(2, SELECTOR), views, observation, NOW)
     assert same.evaluation is not None
     assert "spec.window" not in same.evaluation.reason
+
+
+def test_averages_restarted_by_a_new_pod_are_said_in_the_reason() -> None:
+    """The aggregator dropped what was measured before a pod became ready 6 s ago."""
+    from dataclasses import replace as with_
+
+    views, observation = world(running(3, 66.7), received_at=NOW - 1)
+    assert observation is not None
+    s = reconcile(Memory(seen()), policy(), Target(3, SELECTOR), views, with_(observation, span_s=6.0), NOW)
+    assert s.evaluation is not None
+    assert s.evaluation.desired == 3
+    assert "averages of the last 6 s only: a pod became ready then" in s.evaluation.reason

@@ -20,8 +20,9 @@ them is that value).
 GPUs whose ``health`` is not ``ok`` contribute nothing (not even
 ``last_seen``: a pod whose only GPU is lost goes stale, which the decider
 treats as a missing pod). A GPU without owners feeds no workload. An owner
-whose pod is not ready (loading its model) contributes nothing: it is missing,
-as HPA counts unready pods.
+whose pod is not ready (loading its model) contributes nothing: the decider
+counts it as missing (its ``spec.notReadyPods: Missing``, gpuscale's default;
+HPA would count the 0 % a loading pod reports).
 
 Semantics of the window (the table tests pin each one down):
 
@@ -38,6 +39,13 @@ Semantics of the window (the table tests pin each one down):
   (3) of its collector's sample intervals: ``now - last_seen > 3 × interval_s``.
   A pod is *dropped* when it has no sample left in the window; a workload is
   forgotten when it has no pod left.
+- Warm-up: when a pod joins a workload within the window (its first sample
+  comes two buckets or more after the others' first: a scale-up's pod became
+  ready), the samples of the workload's other pods from before it leave early:
+  measured on fewer pods, they are no evidence of the per-pod load after, and a
+  30 s mean of both asks for a pod the load never needed. The message says
+  where its averages start (``since``) until the window has passed the change.
+  A stale pod keeps its window.
 - Per workload and metric: the mean over FRESH pods that have a value for that
   metric (as HPA averages ``Pods`` metrics). Stale pods are listed in ``pods``
   with their window values and ``last_seen`` and counted in ``pods_stale``, but
@@ -150,6 +158,7 @@ class WindowStore:
     def __init__(self, config: WindowConfig | None = None) -> None:
         self.config = config or WindowConfig()
         self._inv_bucket = 1.0 / self.config.bucket_s
+        self._half_bucket = 0.5 * self.config.bucket_s
         # A window (now - w, now] touches at most ceil(w / b) + 1 buckets.
         self.slots = math.ceil(self.config.window_s / self.config.bucket_s) + 1
         # workload -> pod -> the pod's number (no flat map of pods: memory is the
@@ -167,6 +176,7 @@ class WindowStore:
         self._oldest = array("q")  # lowest bucket index that may still be in the ring
         self._last_seen = array("d")
         self._interval = array("d")
+        self._joined = array("d")  # the pod's first sample in this life: when it came to serve
         self._engine = array("q")  # per pod: its engine number, _NO_ENGINE: none yet
         # Per engine number × slot, and per engine number:
         self._engine_ring = bytearray()  # _ENGINE_RECORD per bucket
@@ -176,7 +186,7 @@ class WindowStore:
 
     # --- pods ------------------------------------------------------------------
 
-    def _new_pod(self, workload: WorkloadTuple, pod: str, bucket: int) -> int:
+    def _new_pod(self, workload: WorkloadTuple, pod: str, bucket: int, ts: float) -> int:
         if self._free:
             pid = self._free.pop()
         else:
@@ -189,8 +199,10 @@ class WindowStore:
             self._oldest.append(0)
             self._last_seen.append(0.0)
             self._interval.append(1.0)
+            self._joined.append(0.0)
             self._engine.append(_NO_ENGINE)
         self._open[pid] = -1
+        self._joined[pid] = ts
         self._oldest[pid] = bucket
         self._last_seen[pid] = 0.0
         self._interval[pid] = 1.0
@@ -264,14 +276,14 @@ class WindowStore:
                 power = _HUGE
             framebuffer = fb_used + fb_free if fb_used is not None and fb_free is not None else 0.0
             for o in owners:
-                if o.ready is False:  # loading its model: missing, as HPA counts unready pods
+                if o.ready is False:  # loading its model: the decider counts it missing
                     continue
                 w = o.workload
                 workload = (o.namespace, w.kind, w.name)
                 members = workloads.get(workload)
                 pid = None if members is None else members.get(o.pod)
                 if pid is None:
-                    pid = self._new_pod(workload, o.pod, bucket)
+                    pid = self._new_pod(workload, o.pod, bucket, ts)
                 engine = o.engine
                 eid = engine_ids[pid]
                 if engine and eid == _NO_ENGINE:
@@ -551,15 +563,42 @@ class WindowStore:
         iterates over a copy)."""
         cutoff = now - self.config.window_s
         for workload, members in list(self.workloads.items()):
-            gone = [pod for pod, pid in members.items() if not self._evict(pid, cutoff)]
+            since = self._capacity_change(members, cutoff) if len(members) > 1 else None
+            if since is None:
+                gone = [pod for pod, pid in members.items() if not self._evict(pid, cutoff)]
+            else:
+                # Samples from before the workload's capacity grew are no evidence of its
+                # per-pod load after: they leave (a tick's spread across nodes kept), from
+                # every pod heard since; a stale pod keeps its window, listed as before.
+                after = max(cutoff, since - self._half_bucket)
+                last_seen = self._last_seen
+                gone = [
+                    pod
+                    for pod, pid in members.items()
+                    if not self._evict(pid, after if last_seen[pid] > after else cutoff)
+                ]
             for pod in gone:
                 self._free_pod(workload, pod, members.pop(pod))
             if not members:
                 self.workloads.pop(workload, None)
                 continue
-            yield workload, (self._message(workload, members, now) if build else None)
+            yield workload, (self._message(workload, members, now, since) if build else None)
 
-    def _message(self, workload: WorkloadTuple, members: dict[str, int], now: float) -> WorkloadMetrics:
+    def _capacity_change(self, members: dict[str, int], cutoff: float) -> float | None:
+        """When a pod joined the others within the window (a scale-up's pod became
+        ready, a replacement started serving): its first sample's time, else None.
+        Pods that joined within two buckets of each other (an aggregator start, one
+        tick seen from several nodes) are one capacity."""
+        joined = self._joined
+        times = [joined[pid] for pid in members.values()]
+        newest = max(times)
+        if newest <= cutoff or newest - min(times) < 2.0 * self.config.bucket_s:
+            return None
+        return newest
+
+    def _message(
+        self, workload: WorkloadTuple, members: dict[str, int], now: float, since: float | None = None
+    ) -> WorkloadMetrics:
         """The metrics message: per pod the window means (pinned to the contract's
         ranges: sums may leave 100.0000001 behind), per workload the mean over
         fresh pods. Spelled out per metric: this runs for every pod every cycle."""
@@ -655,6 +694,7 @@ class WindowStore:
             pods_fresh=fresh,
             pods_stale=stale,
             source=self.config.source or UNSET,
+            since=UNSET if since is None else since,
         )
 
     def _engine_means(self, eid: int, position: int) -> tuple[Any, Any, Any]:

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from gpuscale.policy import GPUScaler, GPUScalerSpec, Mode
-from gpuscale.wire import Action, WorkloadMetrics
+from gpuscale.wire import UNSET, Action, WorkloadMetrics
 from gpuscale_decider.core.behavior import Direction, clamp_rate_and_bounds, cooldown, normalize
 from gpuscale_decider.core.conditions import (
     NOT_LIMITED,
@@ -85,6 +85,9 @@ class Observation:
     averages: Mapping[str, float]  # the aggregator's averages over fresh pods
     pods_fresh: int
     pods_stale: int
+    # Seconds the averages cover when shorter than the window: a pod joined the
+    # workload then, and the aggregator dropped what was measured before.
+    span_s: float | None = None
 
 
 def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
@@ -106,6 +109,7 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
         message.averages.to_dict(),
         message.pods_fresh,
         message.pods_stale,
+        None if message.since is UNSET else max(0.0, message.ts - message.since),
     )
 
 
@@ -228,6 +232,15 @@ def reconcile(
     state, notes = _settle_pending(memory.state, current, now, config, longest_period(spec))
     state = _seen(state, current, now)
     evaluation, state = _evaluate(spec, current, target, pods, observation, state, now, config)
+    if observation is not None and evaluation.fresh and observation.span_s is not None:
+        evaluation = replace(
+            evaluation,
+            steps=(
+                *evaluation.steps,
+                f"averages of the last {observation.span_s:.0f} s only: a pod became ready then, and "
+                "what was measured before is no evidence of the per-pod load after it",
+            ),
+        )
     if observation is not None and evaluation.fresh and abs(observation.window_s - spec.window_s) >= 0.5:
         # One window per aggregator for now: say so in every reason rather than pretend.
         evaluation = replace(
@@ -657,6 +670,7 @@ def _plan(
         "aggregator_averages": dict(observation.averages) if observation is not None else {},
         "metrics_ts": observation.sent_at if observation is not None else None,
         "window_s": observation.window_s if observation is not None else None,
+        "span_s": observation.span_s if observation is not None else None,
         "targets": {m.name: m.target for m in spec.metrics},
         "pods_fresh": observation.pods_fresh if observation is not None else 0,
         "pods_stale": observation.pods_stale if observation is not None else 0,
