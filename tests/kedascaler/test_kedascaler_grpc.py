@@ -24,7 +24,7 @@ from gpuscale.subjects import WorkloadKey
 from gpuscale_kedascaler.externalscaler import externalscaler_pb2 as pb
 from gpuscale_kedascaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
 
-from ..waiting import eventually
+from ..waiting import eventually, holds_for
 from .harness import RunningScaler, metrics_payload, publish, running_scaler, settings_for
 
 pytestmark = pytest.mark.integration
@@ -166,12 +166,40 @@ async def test_bad_trigger_metadata_is_refused_with_every_problem(stub: Any) -> 
     assert "is not this trigger's" in (error.details() or "")
 
 
-async def test_stream_metric_spec_is_left_to_kedas_polling(stub: Any) -> None:
-    call = stub.StreamMetricSpec(ref())
+async def test_stream_metric_spec_pushes_the_triggers_spec_and_holds_the_stream(
+    scaler: RunningScaler, stub: Any
+) -> None:
+    """The same spec GetMetricSpec answers, once, on a stream that stays open until KEDA closes it."""
+    call = stub.StreamMetricSpec(ref({**TRIGGER, "target": "62.5"}))
+    received: list[Any] = []
+
+    async def read() -> None:
+        async for response in call:
+            received.append(response)
+
+    reader = asyncio.create_task(read())
+    try:
+        await eventually(lambda: len(received) == 1, what="the pushed spec")
+        (metric,) = received[0].metricSpecs
+        assert (metric.metricName, metric.targetSizeFloat, metric.targetSize) == (
+            "gpuscale-gpu_util",
+            62.5,
+            62,
+        )
+        assert scaler.counter("gpuscale_kedascaler_active_streams") == 1
+        await holds_for(lambda: len(received) == 1 and not reader.done(), 0.5, what="one spec, stream open")
+    finally:
+        call.cancel()
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+    await eventually(
+        lambda: scaler.counter("gpuscale_kedascaler_active_streams") == 0, what="the stream to close"
+    )
+    invalid = stub.StreamMetricSpec(ref({**TRIGGER, "target": "0"}))
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        async for _ in call:
+        async for _ in invalid:
             pass
-    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_stream_is_active_pushes_when_activity_changes(

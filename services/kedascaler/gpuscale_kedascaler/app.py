@@ -349,13 +349,33 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         finally:
             service.m.streams.dec()
 
-    async def GetMetricSpec(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        query = await self._query(request, "GetMetricSpec", context)
-        self.service.m.requests.labels(api="grpc", method="GetMetricSpec", outcome="ok").inc()
+    @staticmethod
+    def _metric_spec(query: ScalerQuery) -> Any:
         spec = pb.MetricSpec(
             metricName=query.metric_name, targetSize=max(1, round(query.target)), targetSizeFloat=query.target
         )
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+    async def GetMetricSpec(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        query = await self._query(request, "GetMetricSpec", context)
+        self.service.m.requests.labels(api="grpc", method="GetMetricSpec", outcome="ok").inc()
+        return self._metric_spec(query)
+
+    async def StreamMetricSpec(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        """The trigger's metric spec, pushed once: it follows from the ScaledObject's
+        metadata alone, which comes anew in a new call when the ScaledObject changes.
+        The stream then stays open until KEDA closes it or the service stops."""
+        query = await self._query(request, "StreamMetricSpec", context)
+        service = self.service
+        service.m.streams.inc()
+        try:
+            service.m.requests.labels(api="grpc", method="StreamMetricSpec", outcome="ok").inc()
+            yield self._metric_spec(query)
+            await service.ctx.stop.wait()
+        finally:
+            service.m.streams.dec()
 
     async def GetMetrics(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         query = await self._query(request.scaledObjectRef, "GetMetrics", context)
