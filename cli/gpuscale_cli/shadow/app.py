@@ -106,7 +106,7 @@ async def read_advice(
                 raw = await js.get_msg(subjects.ADVICE_STREAM, seq=seq, subject=subject, next=True)
             except NotFoundError:
                 break
-            seq = int(raw.seq or seq) + 1
+            seq = max(seq, int(raw.seq or 0)) + 1  # always forward, whatever the reply says
             try:
                 d = codec.decode(raw.data or b"", Decision, now)
             except WireError:
@@ -180,10 +180,6 @@ async def read_live(kubeconfig: Path, key: WorkloadKey, api_version: str) -> Liv
 # --- output ------------------------------------------------------------------
 
 
-def _clock(ts: float) -> str:
-    return format_time(ts)
-
-
 def _lead(m: Matched, other: str) -> str:
     if m.reached_at is None:
         return f"{other} never reached {m.to_replicas} while this held"
@@ -198,15 +194,15 @@ def render(key: WorkloadKey, report: Report, live: Live) -> str:
     who = ", ".join(live.controllers) or "no HorizontalPodAutoscaler targets it"
     lines = [
         f"{key.namespace}/{key.kind}/{key.name}: {who}; {report.gpus_per_replica:g} GPU(s) per replica",
-        f"  {_clock(report.start)} .. {_clock(report.end)}",
+        f"  {format_time(report.start)} .. {format_time(report.end)}",
     ]
     if live.problem:
         lines.append(f"  live changes from the decider's view only: {live.problem}")
     lines.append("  GPUSCALE ADVISED")
     for m in report.advised:
-        parts = [f"    {_clock(m.ts)}  {m.from_replicas} → {m.to_replicas}"]
+        parts = [f"    {format_time(m.ts)}  {m.from_replicas} → {m.to_replicas}"]
         if m.reached_at is not None and m.lead_s is not None:
-            parts.append(f"live reached it at {_clock(m.reached_at)}")
+            parts.append(f"live reached it at {format_time(m.reached_at)}")
         parts.append(_lead(m, "the live count"))
         lines.append("  ".join(parts))
     if not report.advised:
@@ -214,7 +210,7 @@ def render(key: WorkloadKey, report: Report, live: Live) -> str:
     lines.append("  LIVE CHANGES")
     for m in report.live:
         lines.append(
-            f"    {_clock(m.ts)}  {m.from_replicas} → {m.to_replicas}  ({m.source})  {_lead(m, 'gpuscale')}"
+            f"    {format_time(m.ts)}  {m.from_replicas} → {m.to_replicas}  ({m.source})  {_lead(m, 'gpuscale')}"
         )
     if not report.live:
         lines.append("    none seen")

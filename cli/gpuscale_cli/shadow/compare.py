@@ -101,7 +101,7 @@ class Curve:
             i -= 1
         return self.points[i][0]
 
-    def integral(self, start: float, end: float) -> list[tuple[float, float, int]]:
+    def pieces(self, start: float, end: float) -> list[tuple[float, float, int]]:
         """(from, to, count) pieces covering [start, end] where the count is known."""
         pieces: list[tuple[float, float, int]] = []
         for i, (ts, value, _) in enumerate(self.points):
@@ -168,8 +168,8 @@ def compare(
     live = Curve([*seen, *reported, *tail])
 
     extra = saved = 0.0
-    for lo, hi, wanted in advised.integral(start, end):
-        for a, b, count in live.integral(lo, hi):
+    for lo, hi, wanted in advised.pieces(start, end):
+        for a, b, count in live.pieces(lo, hi):
             gap = (wanted - count) * gpus_per_replica * (b - a)
             if gap > 0:
                 extra += gap

@@ -232,25 +232,8 @@ def reconcile(
     state, notes = _settle_pending(memory.state, current, now, config, longest_period(spec))
     state = _seen(state, current, now)
     evaluation, state = _evaluate(spec, current, target, pods, observation, state, now, config)
-    if observation is not None and evaluation.fresh and observation.span_s is not None:
-        evaluation = replace(
-            evaluation,
-            steps=(
-                *evaluation.steps,
-                f"averages of the last {observation.span_s:.0f} s only: a pod became ready then, and "
-                "what was measured before is no evidence of the per-pod load after it",
-            ),
-        )
-    if observation is not None and evaluation.fresh and abs(observation.window_s - spec.window_s) >= 0.5:
-        # One window per aggregator for now: say so in every reason rather than pretend.
-        evaluation = replace(
-            evaluation,
-            steps=(
-                *evaluation.steps,
-                f"averaged over the aggregator's {observation.window_s:g} s window, "
-                f"not spec.window {spec.window_s:g} s (set the aggregator's --window to match)",
-            ),
-        )
+    if observation is not None and evaluation.fresh:
+        evaluation = replace(evaluation, steps=(*evaluation.steps, *_averages_notes(observation, spec)))
 
     shadow = spec.mode is Mode.SHADOW
     advice: PlannedDecision | None = None
@@ -305,6 +288,24 @@ def reconcile(
         now,
         config,
     )
+
+
+def _averages_notes(observation: Observation, spec: GPUScalerSpec) -> tuple[str, ...]:
+    """What the reason must say of the averages it rests on when they are not
+    plainly the policy's window."""
+    notes: list[str] = []
+    if observation.span_s is not None:
+        notes.append(
+            f"averages of the last {observation.span_s:.0f} s only: a pod became ready then, and "
+            "what was measured before is no evidence of the per-pod load after it"
+        )
+    if abs(observation.window_s - spec.window_s) >= 0.5:
+        # One window per aggregator for now: say so in every reason rather than pretend.
+        notes.append(
+            f"averaged over the aggregator's {observation.window_s:g} s window, "
+            f"not spec.window {spec.window_s:g} s (set the aggregator's --window to match)"
+        )
+    return tuple(notes)
 
 
 def action_seen(state: ScalerState, action: Action, now: float, longest_period_s: int) -> ScalerState:
