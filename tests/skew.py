@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 import msgspec
 
-from gpuscale.wire import Action, Decision, MetricValues, SampleBatch, WorkloadMetrics
+from gpuscale.wire import Action, Decision, MetricValues, SampleBatch, WindowRequest, WorkloadMetrics
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "v1"
 GOLDEN_TYPES: dict[str, type[Any]] = {
@@ -31,6 +31,7 @@ GOLDEN_TYPES: dict[str, type[Any]] = {
     "decisions": Decision,
     "actions": Action,
     "actions-failed": Action,
+    "windows": WindowRequest,
 }
 # Metric names no v1 reader knows yet (the engine's requests_waiting & co. were
 # this set until issue 14 taught the contract them).

@@ -34,6 +34,7 @@ from gpuscale.wire import (
     Message,
     OtherVersion,
     SampleBatch,
+    WindowRequest,
     WireError,
     WorkloadMetrics,
     classify,
@@ -44,7 +45,7 @@ from gpuscale.wire import (
 
 __all__ = ["Reader", "Rejected", "UnknownSink", "decode", "decode_raw", "encode", "encode_raw"]
 
-M = TypeVar("M", SampleBatch, WorkloadMetrics, Decision, Action)
+M = TypeVar("M", SampleBatch, WorkloadMetrics, Decision, Action, WindowRequest)
 # (index in the batch's gpus, why): an entry left out of a sound batch.
 Rejected = tuple[int, WireError]
 # Called once per (kind, name) a reader meets and does not know.

@@ -20,6 +20,8 @@ DECISIONS_ALL: Final = f"{PREFIX}.decisions.>"
 ACTIONS_ALL: Final = f"{PREFIX}.actions.>"
 # What a GPUScaler in shadow mode would decide (Decision-shaped; no actuator reads it).
 ADVICE_ALL: Final = f"{PREFIX}.advice.>"
+# What each GPUScaler needs of the aggregators for its target (its averaging window).
+WINDOWS_ALL: Final = f"{PREFIX}.windows.>"
 
 # The aggregator tier's scale-out (gpuscale_aggregator.core.scaleout explains
 # it): a queue group splits node batches into per-workload sub-batches, the
@@ -125,6 +127,10 @@ def actions(key: WorkloadKey) -> str:
 
 def advice(key: WorkloadKey) -> str:
     return _workload_subject("advice", key)
+
+
+def windows(key: WorkloadKey) -> str:
+    return _workload_subject("windows", key)
 
 
 def parse_samples(subject: str) -> str:

@@ -61,6 +61,9 @@ Timestamp = Annotated[float, Meta(ge=0.0, le=_FINITE, description="unix seconds"
 Celsius = Annotated[float, Meta(ge=-273.0, le=1000.0)]
 IntervalS = Annotated[float, Meta(ge=0.001, le=3600.0)]
 WindowS = Annotated[float, Meta(ge=0.001, le=_FINITE)]
+# What a policy may ask an aggregator to keep: a day is far above any averaging window.
+MAX_REQUESTED_WINDOW_S: Final = 86_400.0
+RequestedWindowS = Annotated[float, Meta(ge=0.001, le=MAX_REQUESTED_WINDOW_S)]
 Count = Annotated[int, Meta(ge=0)]
 Text = Annotated[str, Meta(min_length=1)]
 # Kubernetes names (apimachinery's validation): a namespace and a container
@@ -305,6 +308,10 @@ class PodMetrics(_Wire, frozen=True, gc=False):
     pod: ObjectName
     values: MetricValues  # window means
     last_seen: Timestamp
+    # Added in v1 (issue 14): the means over the last ``recent_s`` of the
+    # message, where the workload's policy asked for them (a metric pinned at
+    # its ceiling shows there seconds before the window's mean catches up).
+    recent: MetricValues | UnsetType = UNSET
 
 
 class WorkloadMetrics(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
@@ -326,6 +333,8 @@ class WorkloadMetrics(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_V
     # pod joined the workload then (what was measured before is no evidence of the
     # per-pod load after it); the sender's clock, like ts.
     since: Timestamp | UnsetType = UNSET
+    # Added in v1 (issue 14): the span of each pod's ``recent`` means, when sent.
+    recent_s: WindowS | UnsetType = UNSET
 
     KIND: ClassVar[str] = "metrics"
 
@@ -428,8 +437,40 @@ class Action(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
         _not_ahead(self.ts, now, "$.ts")
 
 
-Message = SampleBatch | WorkloadMetrics | Decision | Action
-MESSAGE_TYPES: Final = (SampleBatch, WorkloadMetrics, Decision, Action)
+# --- what a policy needs of the aggregator ------------------------------------------
+
+
+class WindowRequest(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSION):
+    """The averaging a GPUScaler needs for its target (decider -> aggregators):
+    ``gpuscale.v1.windows.<ns>.<kind>.<name>``, on every policy change and
+    every few seconds, so an aggregator that restarts learns it again. An
+    aggregator averages the workload over ``window_s`` (and adds each pod's
+    means over the last ``recent_s`` when set) until the requests stop
+    coming, then goes back to its own ``--window``."""
+
+    ts: Timestamp
+    namespace: Namespace
+    kind: KindName
+    name: ObjectName
+    window_s: RequestedWindowS
+    recent_s: RequestedWindowS | UnsetType = UNSET
+    # How long the request holds without being repeated (the sender repeats it well within).
+    ttl_s: RequestedWindowS = 60.0
+
+    KIND: ClassVar[str] = "windows"
+
+    def check(self, now: float) -> None:
+        _not_ahead(self.ts, now, "$.ts")
+        if self.recent_s is not UNSET and self.recent_s > self.window_s:
+            raise WireError(
+                "out_of_range",
+                f"$.recent_s={self.recent_s:g} is longer than $.window_s={self.window_s:g}",
+                "$.recent_s",
+            )
+
+
+Message = SampleBatch | WorkloadMetrics | Decision | Action | WindowRequest
+MESSAGE_TYPES: Final = (SampleBatch, WorkloadMetrics, Decision, Action, WindowRequest)
 
 
 # --- rejections: msgspec's error, as our reason codes ------------------------------

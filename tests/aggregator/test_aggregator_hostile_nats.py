@@ -5,6 +5,7 @@ reason, not one per subject."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,3 +94,59 @@ async def test_bad_messages_on_thousands_of_subjects_log_once_per_reason(
     assert (rejected, mismatched) == (2000, 500)
     lines = [e for e in logs if e["event"] == "batch_rejected"]
     assert sorted(e["reason"] for e in lines) == ["node_mismatch", "undecodable"]
+
+
+async def test_window_requests_are_checked_counted_and_bounded(
+    nats_server: EmbeddedNats, nats_client: NATS
+) -> None:
+    """Issue 11: a window request moves what a workload is averaged over. Bad
+    bytes, a payload naming another workload than its subject, a window past
+    --max-window and a flood of workloads are each refused or clamped with a
+    reason, counted and logged once; a sound request is taken."""
+    from gpuscale import codec
+    from gpuscale.wire import WindowRequest
+
+    def request(name: str, window_s: float, subject_name: str | None = None) -> tuple[str, bytes]:
+        key = subjects.WorkloadKey("default", "Deployment", subject_name or name)
+        message = WindowRequest(
+            ts=time.time(), namespace="default", kind="Deployment", name=name, window_s=window_s, recent_s=3.0
+        )
+        return subjects.windows(key), codec.encode(message)
+
+    with capture_logs() as logs:
+        async with running_aggregator(nats_server.url, max_window_s=120.0) as service:
+            # 50 workloads with a window of their own, not 100,000: the bound is reached in a test.
+            service.core.store.config = dataclasses.replace(service.core.store.config, max_requests=50)
+            await eventually(lambda: service.replay_done, what="replay")
+            for i in range(300):
+                await nats_client.publish(
+                    subjects.windows(subjects.WorkloadKey("default", "Deployment", f"x{i}")), b"\xc1"
+                )
+            await nats_client.publish(*request("victim", 10.0, subject_name="mine"))
+            await nats_client.publish(*request("bert", 3600.0))
+            await nats_client.publish(*request("llama", 10.0))
+            for i in range(100):
+                await nats_client.publish(*request(f"flood-{i}", 10.0))
+            await nats_client.publish("gpuscale.v1.windows.too.few", b"\xc1")
+            await nats_client.flush()
+            await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="windows") == 404)
+    store = service.core.store
+    assert counter(service, "gpuscale_messages_rejected_total", kind="windows", reason="undecodable") == 300
+    assert (
+        counter(service, "gpuscale_messages_rejected_total", kind="windows", reason="subject_mismatch") == 1
+    )
+    assert counter(service, "gpuscale_messages_rejected_total", kind="windows", reason="bad_subject") == 1
+    assert ("default", "Deployment", "victim") not in store.wanted
+    assert store.wanted[("default", "Deployment", "bert")].window_s == 120.0
+    assert counter(service, "gpuscale_aggregator_window_requests_total", result="clamped") == 1
+    assert store.wanted[("default", "Deployment", "llama")].window_s == 10.0
+    assert len(store.wanted) == 50
+    assert counter(service, "gpuscale_aggregator_window_requests_total", result="too_many_workloads") == 52
+    assert store.span_s == 120.0
+    refused = [e for e in logs if e["event"] in ("window_request_rejected", "window_request_refused")]
+    assert sorted(e["reason"] for e in refused) == [
+        "bad_subject",
+        "subject_mismatch",
+        "too_many_workloads",
+        "undecodable",
+    ]

@@ -838,17 +838,33 @@ def test_shadow_mode_advises_once_per_change_and_never_decides() -> None:
     assert quiet.advice is None
 
 
-def test_a_policy_window_the_aggregator_does_not_keep_is_said_in_the_reason() -> None:
-    """One window per aggregator: a GPUScaler asking for another gets the
-    aggregator's, and every reason says so instead of pretending."""
+def test_metrics_over_another_window_than_the_policy_s_are_never_acted_on() -> None:
+    """Issue 11: a 30 s mean is no answer to a policy that asked for 10 s. Until the
+    aggregator applies the policy's window: no decision either way, ScalingActive
+    False with the reason, the count kept."""
     views, observation = world(running(2, 140), received_at=NOW - 1, window_s=30.0)
     short = reconcile(Memory(seen()), policy(window="10s"), Target(2, SELECTOR), views, observation, NOW)
     assert short.evaluation is not None
-    assert "averaged over the aggregator's 30 s window, not spec.window 10 s" in short.evaluation.reason
-    assert short.decision is not None  # still acts: another window changes the speed, not the direction
+    assert short.decision is None
+    assert short.evaluation.desired == 2
+    assert "averages this workload over 30 s, not spec.window 10 s" in short.evaluation.reason
+    active = short.evaluation.conditions.scaling_active
+    assert (active.status, active.reason.value) == (False, "FailedGetGPUMetrics")
+    idle, idle_observation = world(running(3, 0), received_at=NOW - 1, window_s=30.0)
+    down = reconcile(Memory(seen()), policy(window="60s"), Target(3, SELECTOR), idle, idle_observation, NOW)
+    assert down.decision is None
+    assert down.evaluation is not None
+    assert down.evaluation.desired == 3
     same = reconcile(Memory(seen()), policy(window="30s"), Target(2, SELECTOR), views, observation, NOW)
     assert same.evaluation is not None
+    assert same.decision is not None
     assert "spec.window" not in same.evaluation.reason
+
+
+def test_a_window_within_a_millisecond_is_the_policy_s() -> None:
+    views, observation = world(running(2, 140), received_at=NOW - 1, window_s=10.0004)
+    s = reconcile(Memory(seen()), policy(window="10s"), Target(2, SELECTOR), views, observation, NOW)
+    assert s.decision is not None
 
 
 def test_averages_restarted_by_a_new_pod_are_said_in_the_reason() -> None:
@@ -860,4 +876,4 @@ def test_averages_restarted_by_a_new_pod_are_said_in_the_reason() -> None:
     s = reconcile(Memory(seen()), policy(), Target(3, SELECTOR), views, with_(observation, span_s=6.0), NOW)
     assert s.evaluation is not None
     assert s.evaluation.desired == 3
-    assert "averages of the last 6 s only: a pod became ready then" in s.evaluation.reason
+    assert "averages of the last 6 s of the 30 s window only: a pod became ready then" in s.evaluation.reason

@@ -55,11 +55,12 @@ FAMILY_SUBJECTS = {
     "decisions": subjects.decisions(KEY),
     "actions": subjects.actions(KEY),
     "advice": subjects.advice(KEY),
+    "windows": subjects.windows(KEY),
 }
 OWN_FAMILIES = {
     "collector": ("samples",),
     "aggregator": ("metrics",),
-    "decider": ("decisions", "advice"),
+    "decider": ("decisions", "advice", "windows"),
     "actuator": ("actions",),
 }
 
@@ -206,6 +207,22 @@ async def test_roles_cannot_subscribe_to_what_they_do_not_consume(login: Login) 
     await collector.nc.flush()
     (error,) = await collector.permission_errors(1)
     assert "subscription" in error
+
+
+async def test_the_aggregator_hears_the_decider_s_windows(login: Login) -> None:
+    aggregator: Session = await login("aggregator")
+    got = asyncio.Event()
+
+    async def on_window(msg: Msg) -> None:
+        got.set()
+
+    await aggregator.nc.subscribe(subjects.WINDOWS_ALL, cb=on_window)
+    await aggregator.nc.flush()
+    decider: Session = await login("decider")
+    await decider.nc.publish(FAMILY_SUBJECTS["windows"], b"window")
+    await decider.nc.flush()
+    await asyncio.wait_for(got.wait(), 10)
+    assert [e for e in aggregator.errors if "permissions violation" in e] == []
 
 
 async def setup_as_deployed(login: Login, *, window_s: float = 60.0) -> None:

@@ -16,7 +16,7 @@ from gpuscale import codec
 from gpuscale.wire import ACTION_OUTCOMES, MESSAGE_TYPES, WIRE_VERSION, GpuSample, MetricValues
 
 from ..contract import _document, validate_payload
-from .wire_factories import action, batch, decision, gpu, metrics
+from .wire_factories import action, batch, decision, gpu, metrics, window_request
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "v1"
 _FINITE = sys.float_info.max
@@ -47,6 +47,8 @@ PRODUCED = [
     pytest.param("Decision", decision(), id="decisions"),
     pytest.param("Action", action(), id="actions"),
     pytest.param("Action", action(outcome="failed", replicas_after=None, error="boom"), id="actions-failed"),
+    pytest.param("WindowRequest", window_request(), id="windows"),
+    pytest.param("WindowRequest", window_request(recent_s=msgspec.UNSET), id="windows-no-recent"),
 ]
 
 
@@ -63,6 +65,7 @@ GOLDEN_FILES = {
     "decisions.msgpack": "Decision",
     "actions.msgpack": "Action",
     "actions-failed.msgpack": "Action",
+    "windows.msgpack": "WindowRequest",
 }
 
 
@@ -243,6 +246,7 @@ def test_every_subject_the_code_builds_is_a_documented_channel() -> None:
         subjects.decisions(key): "Decision",
         subjects.actions(key): "Action",
         subjects.advice(key): "Decision",
+        subjects.windows(key): "WindowRequest",
     }
     channels = _document()["channels"]
 

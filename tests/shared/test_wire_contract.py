@@ -22,6 +22,7 @@ from gpuscale.wire import (
     Action,
     Decision,
     SampleBatch,
+    WindowRequest,
     WireError,
     WorkloadMetrics,
 )
@@ -222,7 +223,7 @@ msgpack_values = st.recursive(
     max_leaves=30,
 )
 
-MESSAGE_TYPES = (SampleBatch, WorkloadMetrics, Decision, Action)
+MESSAGE_TYPES = (SampleBatch, WorkloadMetrics, Decision, Action, WindowRequest)
 
 
 @settings(max_examples=300, deadline=None)

@@ -28,7 +28,7 @@ from gpuscale.wire import (
 )
 
 from ..skew import GOLDEN, GOLDEN_TYPES, golden, golden_bytes, newer, newer_names, older, pack, with_defaults
-from .wire_factories import NOW, action, batch, decision, gpu, metrics, owner
+from .wire_factories import NOW, action, batch, decision, gpu, metrics, owner, window_request
 
 GOLDEN_NAMES = sorted(GOLDEN_TYPES)
 
@@ -93,6 +93,7 @@ MESSAGES = [
     pytest.param(decision(), id="decisions"),
     pytest.param(action(), id="actions"),
     pytest.param(action(outcome="failed", replicas_after=None, error="boom"), id="actions-failed"),
+    pytest.param(window_request(), id="windows"),
 ]
 
 

@@ -12,6 +12,7 @@ from gpuscale.wire import (
     MetricValues,
     PodMetrics,
     SampleBatch,
+    WindowRequest,
     WorkloadMetrics,
     WorkloadRef,
 )
@@ -108,3 +109,17 @@ def action(**kw: Any) -> Action:
     }
     base.update(kw)
     return Action(**base)
+
+
+def window_request(**kw: Any) -> WindowRequest:
+    base: dict[str, Any] = {
+        "ts": NOW,
+        "namespace": "default",
+        "kind": "Deployment",
+        "name": "bert",
+        "window_s": 10.0,
+        "recent_s": 3.0,
+        "ttl_s": 60.0,
+    }
+    base.update(kw)
+    return WindowRequest(**base)

@@ -32,7 +32,7 @@ from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, declare_stream, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.subjects import SubjectError, WorkloadKey
-from gpuscale.wire import SampleBatch, WireError, WorkloadMetrics
+from gpuscale.wire import UNSET, SampleBatch, WindowRequest, WireError, WorkloadMetrics
 
 from .core import scaleout
 from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, REJECTED, Aggregator
@@ -140,6 +140,23 @@ class AggregatorMetrics:
             "Batches received but not yet processed (nats-py pending queue)",
             registry=registry,
         )
+        self.window_requests = Counter(
+            "gpuscale_aggregator_window_requests_total",
+            "Window requests taken (result: as_asked, clamped) or not (too_many_workloads); "
+            'undecodable ones are in gpuscale_messages_rejected_total{kind="windows"}',
+            ["result"],
+            registry=registry,
+        )
+        self.windowed = Gauge(
+            "gpuscale_aggregator_workload_windows",
+            "Workloads averaged over a window their GPUScaler asked for",
+            registry=registry,
+        )
+        self.span = Gauge(
+            "gpuscale_aggregator_window_span_seconds",
+            "The longest window the per-pod rings hold (grows with what GPUScalers ask, up to --max-window)",
+            registry=registry,
+        )
 
 
 class AggregatorService:
@@ -155,6 +172,7 @@ class AggregatorService:
                 bucket_s=self.settings.bucket_s,
                 stale_intervals=self.settings.stale_intervals,
                 source=self.settings.source,
+                max_window_s=self.settings.max_window_s,
             ),
             on_unknown=ctx.metrics.unknown_field,
         )
@@ -168,6 +186,7 @@ class AggregatorService:
             label="node",
         )
         self._next_clock_check = 0.0
+        self.window_reader = Reader(WindowRequest, on_unknown=ctx.metrics.unknown_field)
         # The split stage (scale-out) reads node batches with a reader of its own.
         self.split_reader = Reader(SampleBatch, on_unknown=ctx.metrics.unknown_field)
         self.log = get_logger(service=SERVICE)
@@ -288,6 +307,69 @@ class AggregatorService:
         if held is not None:
             self.log.warning(
                 "batch_rejected", source=source[:200], reason=reason, detail=detail[:300], suppressed=held
+            )
+
+    # --- what each GPUScaler needs -------------------------------------------------
+
+    async def on_window(self, msg: Msg) -> None:
+        self.handle_window(msg.subject, msg.data, time.time())
+
+    def handle_window(self, subject: str, data: bytes, now: float) -> None:
+        """A policy's window for its workload (decider -> aggregators). Never raises."""
+        kind = WindowRequest.KIND
+        self.ctx.metrics.messages_in.labels(kind=kind).inc()
+        try:
+            key = subjects.parse_workload(subject, kind)
+        except SubjectError as e:
+            self._reject_window("bad_subject", str(e), subject[:200])
+            return
+        try:
+            request = self.window_reader.decode(data, now)
+        except WireError as e:
+            self._reject_window(e.code, e.detail, str(key))
+            return
+        workload = (request.namespace, request.kind, request.name)
+        if WorkloadKey(*workload) != key:
+            self._reject_window(
+                "subject_mismatch", f"payload for {'/'.join(workload)} on {subject}", str(key)
+            )
+            return
+        store = self.core.store
+        before = store.wanted.get(workload)
+        recent = None if request.recent_s is UNSET else request.recent_s
+        ttl = min(max(request.ttl_s, 1.0), 3600.0)
+        taken, why = store.request(workload, request.window_s, recent, now, ttl)
+        self.m.window_requests.labels(result=why or "as_asked").inc()
+        self.m.windowed.set(len(store.wanted))
+        self.m.span.set(store.span_s)
+        if taken is None:
+            held = self.throttle.allow("window", why)
+            if held is not None:
+                self.log.warning("window_request_refused", workload=str(key), reason=why, suppressed=held)
+            return
+        changed = before is None or (before.window_s, before.recent_s) != (taken.window_s, taken.recent_s)
+        # Logged per workload and value, once: a flip-flopping sender cannot flood the log.
+        if changed and self.once.first("window", str(key), str(taken.window_s), str(taken.recent_s)):
+            self.log.info(
+                "window_applied",
+                workload=str(key),
+                window_s=taken.window_s,
+                recent_s=taken.recent_s,
+                asked_window_s=request.window_s,
+                clamped=bool(why),
+                max_window_s=store.config.max_window_s,
+            )
+
+    def _reject_window(self, reason: str, detail: str, source: str) -> None:
+        self.m.rejected.labels(kind=WindowRequest.KIND, reason=reason).inc()
+        held = self.throttle.allow("window_rejected", reason)
+        if held is not None:
+            self.log.warning(
+                "window_request_rejected",
+                source=source[:200],
+                reason=reason,
+                detail=detail[:300],
+                suppressed=held,
             )
 
     # --- scale-out: the split stage ---------------------------------------------
@@ -497,6 +579,7 @@ class AggregatorService:
         self.log.info(
             "aggregator_starting",
             window_s=self.settings.window_s,
+            max_window_s=self.settings.max_window_s,
             publish_interval_s=self.settings.publish_interval_s,
             partition=f"{self.partition_index}/{self.partitions}" if self.partitioned else "none",
         )
@@ -509,6 +592,8 @@ class AggregatorService:
             pending_msgs_limit=PENDING_MSGS_LIMIT,
             pending_bytes_limit=PENDING_BYTES_LIMIT,
         )
+        # Before the replay: a policy's window is known as early as possible.
+        await nc.subscribe(subjects.WINDOWS_ALL, cb=self.on_window)
         if self.partitioned:
             await nc.subscribe(
                 subjects.SAMPLES_ALL,

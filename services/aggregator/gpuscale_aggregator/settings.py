@@ -41,7 +41,19 @@ class AggregatorSettings(CommonSettings):
         help="HTTP port for /metrics, /healthz, /readyz",
     )
     window_s: float = option(
-        30.0, "--window", env="GPUSCALE_WINDOW", parse=seconds, help="averaging window in seconds"
+        30.0,
+        "--window",
+        env="GPUSCALE_WINDOW",
+        parse=seconds,
+        help="averaging window in seconds for workloads whose GPUScaler asks for none "
+        "(each GPUScaler's spec.window reaches the aggregator from the decider)",
+    )
+    max_window_s: float = option(
+        300.0,
+        "--max-window",
+        env="GPUSCALE_MAX_WINDOW",
+        parse=seconds,
+        help="the longest spec.window the aggregator keeps for a workload (memory grows with it)",
     )
     publish_interval_s: float = option(
         2.0,
@@ -98,3 +110,5 @@ class AggregatorSettings(CommonSettings):
             raise ValueError("--publish-interval must not be longer than --window")
         if self.bucket_s > self.window_s:
             raise ValueError("--bucket must not be longer than --window")
+        if self.max_window_s < self.window_s:
+            raise ValueError("--max-window must not be shorter than --window")

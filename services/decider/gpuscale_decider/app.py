@@ -1,7 +1,8 @@
 """``gpuscale decider``: the I/O shell around :class:`gpuscale_decider.decider.Decider`.
 
 NATS: subscribes to ``gpuscale.v1.metrics.>`` and to ``gpuscale.v1.actions.>``
-(the actuator's reports on its decisions), publishes decisions to the
+(the actuator's reports on its decisions), tells the aggregators each
+policy's window on ``gpuscale.v1.windows.>``, publishes decisions to the
 JetStream stream ``GPUSCALE_DECISIONS`` (``Nats-Msg-Id`` = decision id), keeps
 per-workload state in a KV bucket. Kubernetes: GPUScaler list+watch (or a
 YAML file with ``--policies``), one watch of the cluster's pods (the pods
@@ -35,7 +36,7 @@ from gpuscale.natsio import (
 )
 from gpuscale.policyfile import WatchedPolicyFile
 from gpuscale.runtime import ServiceContext, run
-from gpuscale.wire import Decision
+from gpuscale.wire import Decision, WindowRequest
 from gpuscale_decider.core.reconcile import Config
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.kubeio import ConflictFinder, EventWriter, GPUScalerWatcher, StatusWriter
@@ -152,6 +153,10 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         key = subjects.WorkloadKey(advice.namespace, advice.kind, advice.name)
         await nc.publish(subjects.advice(key), encode(advice))  # the GPUSCALE_ADVICE stream keeps it
 
+    async def publish_window(request: WindowRequest) -> None:
+        key = subjects.WorkloadKey(request.namespace, request.kind, request.name)
+        await nc.publish(subjects.windows(key), encode(request))
+
     pods = PodCache(api)
     decider = Decider(
         ctx.metrics,
@@ -162,6 +167,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         status=status,
         events=events,
         publish_advice=publish_advice,
+        publish_window=publish_window,
         is_leader=is_leader,
         config=Config(actuation_timeout_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
     )

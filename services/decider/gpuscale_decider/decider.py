@@ -36,6 +36,7 @@ from gpuscale_decider.core.reconcile import (
     observation_of,
     publish_failed,
     reconcile,
+    same_window,
 )
 from gpuscale_decider.core.replicas import PodView
 from gpuscale_decider.core.state import ScalerState, seed_last_scale
@@ -43,6 +44,8 @@ from gpuscale_decider.intake import Intake
 from gpuscale_decider.metrics import DeciderMetrics
 from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, Registry, StatusSink, Workload
 from gpuscale_decider.sources import PodSource, ScaleSource, StateStore
+from gpuscale_decider.windows import PublishWindow, WindowRequester
+from gpuscale_decider.windows import nowhere as no_aggregator
 
 
 class Decider:
@@ -57,6 +60,7 @@ class Decider:
         status: StatusSink | None = None,
         events: EventSink | None = None,
         publish_advice: Publish | None = None,
+        publish_window: PublishWindow | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         config: Config = Config(),  # noqa: B008 - a frozen value, never mutated
@@ -74,6 +78,7 @@ class Decider:
         self._sending: set[asyncio.Task[None]] = set()
         self.intake = Intake(metrics)
         self.advisor = Advisor(metrics, self.m, publish_advice or nowhere)
+        self.windows = WindowRequester(metrics, self.m, publish_window or no_aggregator)
         self.log = get_logger(component="decider")
 
     @property
@@ -104,6 +109,8 @@ class Decider:
             return
         # The newest arrival wins: ordering and freshness on this process's clock.
         w.observation = observation_of(m, now)
+        if not same_window(m.window_s, w.scaler.spec.window_s) and self.is_leader():
+            await self.windows.mismatch(w, now)
         await self.evaluate(w, now)
         self.m.evaluation_seconds.observe(time.perf_counter() - started)
 
@@ -267,6 +274,7 @@ class Decider:
         if not self.is_leader():
             return
         now = self.clock()
+        await self.windows.tick(list(self.workloads.values()), now)
         for w in list(self.workloads.values()):
             if now - w.last_evaluated >= interval_s:
                 await self.evaluate(w, now)

@@ -101,7 +101,7 @@ class Aggregator:
     def __init__(self, config: WindowConfig | None = None, *, on_unknown: UnknownSink | None = None) -> None:
         """``on_unknown``: told once per field or metric name a newer producer sends."""
         self.store = WindowStore(config)
-        self.window_s = self.store.config.window_s
+        self.window_s = self.store.config.window_s  # the default; a policy may ask for another
         self.sequences = SeqTracker()
         self.clocks = SenderClocks()
         self.reader = Reader(SampleBatch, on_unknown=on_unknown)
@@ -139,7 +139,7 @@ class Aggregator:
                 node=subject_node,
             )
         at = self.clocks.place(node, ts, now, batch.interval_s).at
-        if at <= now - self.window_s:
+        if at <= now - self.store.span_s:
             return IngestResult(TOO_OLD, node=node, ts=at)
         verdict = self.sequences.check(node if source is None else source, batch.seq, at, batch.interval_s)
         if verdict in (DUPLICATE, OUT_OF_ORDER):
@@ -160,7 +160,7 @@ class Aggregator:
 
     def iter_messages(self, now: float) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
         """See :meth:`WindowStore.iter_messages`; also forgets silent sources."""
-        for node in self.sequences.forget_before(now - self.window_s):
+        for node in self.sequences.forget_before(now - self.store.span_s):
             if isinstance(node, str):
                 self.clocks.forget(node)
         return self.store.iter_messages(now)

@@ -87,6 +87,7 @@ from typing import Any, Final
 from gpuscale.wire import (
     HEALTH_OK,
     METRIC_NAMES,
+    NO_METRICS,
     UNSET,
     EngineSignals,
     MetricValues,
@@ -137,14 +138,37 @@ WorkloadTuple = tuple[str, str, str]
 
 @dataclass(frozen=True, slots=True)
 class WindowConfig:
-    window_s: float = 30.0
+    window_s: float = 30.0  # for workloads whose policy asked for nothing
     bucket_s: float = 1.0
     stale_intervals: float = 3.0
     source: str = ""  # names this aggregator in its messages (their ``source``); "": unnamed
+    # The longest window a policy may ask for; the rings grow to what is asked, up to this.
+    max_window_s: float = 300.0
+    # How many workloads may have a window of their own (bounded memory against a flood).
+    max_requests: int = 100_000
 
     def __post_init__(self) -> None:
         if not self.window_s > 0 or not self.bucket_s > 0 or not self.stale_intervals > 0:
             raise ValueError("window_s, bucket_s and stale_intervals must be positive")
+        if self.max_window_s < self.window_s:
+            raise ValueError("max_window_s must not be shorter than window_s")
+
+
+@dataclass(slots=True)
+class Wanted:
+    """What a workload's policy asked for (a ``WindowRequest``), on this process's clock."""
+
+    window_s: float
+    recent_s: float | None
+    until: float  # the request lapses then unless repeated
+    # Before this the workload's samples were dropped under a shorter window: its
+    # averages cover less than ``window_s`` until the window has passed it.
+    covers_from: float
+
+
+# Why a window request was not taken as asked (a metrics label: low cardinality).
+CLAMPED: Final = "clamped"  # shorter than a bucket or longer than max_window_s: the nearest allowed
+TOO_MANY: Final = "too_many_workloads"  # max_requests workloads already have a window of their own
 
 
 class WindowStore:
@@ -159,8 +183,10 @@ class WindowStore:
         self.config = config or WindowConfig()
         self._inv_bucket = 1.0 / self.config.bucket_s
         self._half_bucket = 0.5 * self.config.bucket_s
-        # A window (now - w, now] touches at most ceil(w / b) + 1 buckets.
-        self.slots = math.ceil(self.config.window_s / self.config.bucket_s) + 1
+        # A window (now - w, now] touches at most ceil(w / b) + 1 buckets; the
+        # rings grow (never shrink) when a policy asks for a longer one.
+        self.slots = self._slots_for(self.config.window_s)
+        self.wanted: dict[WorkloadTuple, Wanted] = {}
         # workload -> pod -> the pod's number (no flat map of pods: memory is the
         # budget, and a second lookup per GPU owner costs less than its keys).
         self.workloads: dict[WorkloadTuple, dict[str, int]] = {}
@@ -183,6 +209,91 @@ class WindowStore:
         self._engine_totals = array("d")  # _ENGINE_TOTALS per engine pod
         self._engine_capacity = 0
         self._engine_free: list[int] = []
+
+    # --- what policies ask for ----------------------------------------------------
+
+    def _slots_for(self, window_s: float) -> int:
+        return math.ceil(window_s / self.config.bucket_s) + 1
+
+    @property
+    def span_s(self) -> float:
+        """The longest window the rings hold now: older samples are of no use."""
+        return (self.slots - 1) * self.config.bucket_s
+
+    def window_of(self, workload: WorkloadTuple) -> float:
+        wanted = self.wanted.get(workload)
+        return self.config.window_s if wanted is None else wanted.window_s
+
+    def request(
+        self,
+        workload: WorkloadTuple,
+        window_s: float,
+        recent_s: float | None,
+        now: float,
+        ttl_s: float,
+    ) -> tuple[Wanted | None, str]:
+        """A policy's window for ``workload`` until ``now + ttl_s``: what was
+        taken (None: refused) and why it differs from what was asked ("": as asked).
+        A longer window than the workload had covers only what was kept, which
+        the messages say (``since``) until the window has passed."""
+        config = self.config
+        why = ""
+        window = min(max(window_s, config.bucket_s), config.max_window_s)
+        if window != window_s:
+            why = CLAMPED
+        recent = None if recent_s is None else min(max(recent_s, config.bucket_s), window)
+        if recent is not None and recent != recent_s:
+            why = CLAMPED
+        held = self.wanted.get(workload)
+        if held is None and len(self.wanted) >= config.max_requests:
+            return None, TOO_MANY
+        before = self.window_of(workload)
+        covers_from = now - before if window > before else -math.inf
+        if held is not None:
+            covers_from = max(covers_from, held.covers_from) if window > before else held.covers_from
+        if window > self.span_s:
+            self._resize(self._slots_for(window))
+        taken = Wanted(window, recent, now + ttl_s, covers_from)
+        self.wanted[workload] = taken
+        return taken, why
+
+    def _lapse(self, now: float) -> None:
+        """Requests not repeated in time end: their workloads go back to the default window."""
+        lapsed = [w for w, wanted in self.wanted.items() if wanted.until <= now]
+        for workload in lapsed:
+            del self.wanted[workload]
+
+    def _resize(self, slots: int) -> None:
+        """Re-lay every ring for ``slots`` buckets per pod. A bucket's place is its
+        index modulo the ring's length, so each occupied bucket moves to its place
+        in the longer ring; totals, open buckets and ages do not change."""
+        old = self.slots
+        if slots <= old:
+            return
+        inv = self._inv_bucket
+        size, esize = _RECORD.size, _ENGINE_RECORD.size
+        ts = array("d", bytes(8 * slots * self._capacity))
+        ring = bytearray(size * slots * self._capacity)
+        engine_ring = bytearray(esize * slots * self._engine_capacity)
+        old_ts, old_ring, old_engine = self._ts, self._ring, self._engine_ring
+        for pid in range(self._capacity):
+            eid = self._engine[pid]
+            for position in range(old):
+                src = pid * old + position
+                held = old_ts[src]
+                if held == _EMPTY:
+                    continue
+                place = int(held * inv) % slots
+                dst = pid * slots + place
+                ts[dst] = held
+                ring[dst * size : (dst + 1) * size] = old_ring[src * size : (src + 1) * size]
+                if eid != _NO_ENGINE:
+                    e_src, e_dst = eid * old + position, eid * slots + place
+                    engine_ring[e_dst * esize : (e_dst + 1) * esize] = old_engine[
+                        e_src * esize : (e_src + 1) * esize
+                    ]
+        self._ts, self._ring, self._engine_ring = ts, ring, engine_ring
+        self.slots = slots
 
     # --- pods ------------------------------------------------------------------
 
@@ -561,8 +672,13 @@ class WindowStore:
         """Workload by workload: expire, then its metrics message. A caller may
         yield to its event loop between steps; ingesting meanwhile is safe (this
         iterates over a copy)."""
-        cutoff = now - self.config.window_s
+        self._lapse(now)
+        default_window = self.config.window_s
+        wanted_by = self.wanted
         for workload, members in list(self.workloads.items()):
+            wanted = wanted_by.get(workload)
+            window = default_window if wanted is None else wanted.window_s
+            cutoff = now - window
             since = self._capacity_change(members, cutoff) if len(members) > 1 else None
             if since is None:
                 gone = [pod for pod, pid in members.items() if not self._evict(pid, cutoff)]
@@ -582,7 +698,15 @@ class WindowStore:
             if not members:
                 self.workloads.pop(workload, None)
                 continue
-            yield workload, (self._message(workload, members, now, since) if build else None)
+            if not build:
+                yield workload, None
+                continue
+            recent_s = None
+            if wanted is not None:
+                recent_s = wanted.recent_s
+                if wanted.covers_from > cutoff and (since is None or wanted.covers_from > since):
+                    since = wanted.covers_from  # a longer window than was kept: say what it covers
+            yield workload, self._message(workload, members, now, since, window, recent_s)
 
     def _capacity_change(self, members: dict[str, int], cutoff: float) -> float | None:
         """When a pod joined the others within the window (a scale-up's pod became
@@ -597,7 +721,13 @@ class WindowStore:
         return newest
 
     def _message(
-        self, workload: WorkloadTuple, members: dict[str, int], now: float, since: float | None = None
+        self,
+        workload: WorkloadTuple,
+        members: dict[str, int],
+        now: float,
+        since: float | None = None,
+        window_s: float | None = None,
+        recent_s: float | None = None,
     ) -> WorkloadMetrics:
         """The metrics message: per pod the window means (pinned to the contract's
         ranges: sums may leave 100.0000001 behind), per workload the mean over
@@ -639,7 +769,11 @@ class WindowStore:
             if eid != _NO_ENGINE:
                 v6, v7, v8 = self._engine_means(eid, opened[pid] % slots)
             seen = last_seen[pid]
-            pods_out.append(PodMetrics(pod, MetricValues(v0, v1, v2, v3, v4, v5, v6, v7, v8), seen))
+            values = MetricValues(v0, v1, v2, v3, v4, v5, v6, v7, v8)
+            if recent_s is None:
+                pods_out.append(PodMetrics(pod, values, seen))
+            else:
+                pods_out.append(PodMetrics(pod, values, seen, self._recent(pid, now - recent_s)))
             if now - seen > stale_after * intervals[pid]:
                 stale += 1
                 continue
@@ -688,14 +822,58 @@ class WindowStore:
             kind=workload[1],
             name=workload[2],
             ts=now,
-            window_s=self.config.window_s,
+            window_s=self.config.window_s if window_s is None else window_s,
             pods=tuple(pods_out),
             averages=averages,
             pods_fresh=fresh,
             pods_stale=stale,
             source=self.config.source or UNSET,
             since=UNSET if since is None else since,
+            recent_s=UNSET if recent_s is None else recent_s,
         )
+
+    def _recent(self, pid: int, cutoff: float) -> MetricValues:
+        """The pod's means over its buckets whose newest sample is after
+        ``cutoff``, newest first (the last seconds: what a saturated pod shows
+        before its window's mean does). Walks a few records; only for the
+        workloads whose policy asked."""
+        slots = self.slots
+        current = self._open[pid]
+        if current < 0:
+            return NO_METRICS
+        inv = self._inv_bucket
+        slot_ts = self._ts
+        sums = [0.0] * _TOTALS
+        eid = self._engine[pid]
+        esums = [0.0] * _ENGINE_TOTALS
+        bucket = current
+        while bucket > current - slots:
+            slot = pid * slots + bucket % slots
+            held = slot_ts[slot]
+            if held != _EMPTY and int(held * inv) == bucket:
+                if held <= cutoff:
+                    break
+                for i, v in enumerate(_RECORD.unpack_from(self._ring, slot * _RECORD.size)):
+                    sums[i] += v
+                if eid != _NO_ENGINE:
+                    record = _ENGINE_RECORD.unpack_from(
+                        self._engine_ring, (eid * slots + bucket % slots) * _ENGINE_RECORD.size
+                    )
+                    for i, v in enumerate(record):
+                        esums[i] += v
+            bucket -= 1
+        means: dict[str, float] = {}
+        for i, name in enumerate(WINDOW_METRICS):
+            count = sums[N_METRICS + i]
+            if count > 0.5:
+                value = max(0.0, sums[i] / count)
+                means[name] = min(value, 100.0) if i <= MEM_RATIO else value
+        for i, name in enumerate(ENGINE_METRICS):
+            count = esums[N_ENGINE + i]
+            if count > 0.5:
+                value = max(0.0, esums[i] / count)
+                means[name] = min(value, 100.0) if name == "kv_cache_usage" else value
+        return MetricValues.of(means) if means else NO_METRICS
 
     def _engine_means(self, eid: int, position: int) -> tuple[Any, Any, Any]:
         """An engine pod's window means (closed buckets' totals plus the open

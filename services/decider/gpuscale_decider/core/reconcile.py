@@ -291,21 +291,20 @@ def reconcile(
 
 
 def _averages_notes(observation: Observation, spec: GPUScalerSpec) -> tuple[str, ...]:
-    """What the reason must say of the averages it rests on when they are not
-    plainly the policy's window."""
-    notes: list[str] = []
-    if observation.span_s is not None:
-        notes.append(
-            f"averages of the last {observation.span_s:.0f} s only: a pod became ready then, and "
-            "what was measured before is no evidence of the per-pod load after it"
-        )
-    if abs(observation.window_s - spec.window_s) >= 0.5:
-        # One window per aggregator for now: say so in every reason rather than pretend.
-        notes.append(
-            f"averaged over the aggregator's {observation.window_s:g} s window, "
-            f"not spec.window {spec.window_s:g} s (set the aggregator's --window to match)"
-        )
-    return tuple(notes)
+    """What the reason must say of the averages it rests on when they cover less
+    than the policy's window."""
+    if observation.span_s is None:
+        return ()
+    return (
+        f"averages of the last {observation.span_s:.0f} s of the {spec.window_s:g} s window only: "
+        "a pod became ready then (what was measured before is no evidence of the per-pod load "
+        "after it), or the window was just made longer",
+    )
+
+
+def same_window(observed_s: float, wanted_s: float) -> bool:
+    """The metrics were averaged over the policy's window (to a millisecond's rounding)."""
+    return abs(observed_s - wanted_s) <= 1e-3 * max(1.0, wanted_s)
 
 
 def action_seen(state: ScalerState, action: Action, now: float, longest_period_s: int) -> ScalerState:
@@ -458,6 +457,15 @@ def _fresh(spec: GPUScalerSpec, observation: Observation | None, now: float, con
     """Why the observation cannot be used, or "" when it can."""
     if observation is None:
         return "no metrics received"
+    if not same_window(observation.window_s, spec.window_s):
+        # Never a decision on another window than the policy's: a 30 s mean is no
+        # answer to a policy that asked for 10 s (the aggregator applies each
+        # GPUScaler's window within seconds, up to its --max-window).
+        return (
+            f"the aggregator averages this workload over {observation.window_s:g} s, not spec.window "
+            f"{spec.window_s:g} s: waiting for it to apply the policy's window (an aggregator applies "
+            "windows up to its --max-window; one released before per-GPUScaler windows, only its own --window)"
+        )
     age = now - observation.received_at
     if age > spec.window_s:
         return f"latest metrics arrived {age:.0f} s ago, longer than the {spec.window_s:g} s window"
