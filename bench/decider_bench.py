@@ -68,11 +68,23 @@ def _message(i: int, now: float, rng: random.Random) -> bytes:
     # twenty swings far enough to want a change now and then.
     base = 70.0 if i % 20 else 70.0 + 25.0 * math.sin(now / 7.0 + i)
     util = min(100.0, max(0.0, base + rng.uniform(-3.0, 3.0)))
+    # As the aggregator sends them to a decider since issue 14: each pod's recent means too.
+    recent = min(100.0, max(0.0, util + rng.uniform(-5.0, 5.0)))
     pods = tuple(
-        PodMetrics(f"{workload_name(i)}-{p}", MetricValues(gpu_util=util), now) for p in range(REPLICAS)
+        PodMetrics(f"{workload_name(i)}-{p}", MetricValues(gpu_util=util), now, MetricValues(gpu_util=recent))
+        for p in range(REPLICAS)
     )
     m = WorkloadMetrics(
-        NAMESPACE, "Deployment", workload_name(i), now, 30.0, pods, MetricValues(gpu_util=util), REPLICAS, 0
+        NAMESPACE,
+        "Deployment",
+        workload_name(i),
+        now,
+        30.0,
+        pods,
+        MetricValues(gpu_util=util),
+        REPLICAS,
+        0,
+        recent_s=3.0,
     )
     return codec.encode(m)
 

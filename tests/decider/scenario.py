@@ -15,6 +15,7 @@ from gpuscale_decider.core.state import ScalerState, TimedValue
 
 NOW = 1_000_000.0
 SELECTOR = "app=bert"
+RECENT_S = 3.0  # what the decider asks for with a 30 s window
 
 
 def policy(**overrides: Any) -> GPUScaler:
@@ -42,6 +43,7 @@ class P:
     phase: str = "Running"
     ready: bool = True
     deleting: bool = False
+    recent: Mapping[str, float] | None = None  # means over the last RECENT_S, where sent
 
 
 def running(n: int, value: float | Mapping[str, float] | None) -> tuple[P, ...]:
@@ -57,12 +59,15 @@ def world(
 ) -> tuple[tuple[PodView, ...], Observation]:
     views: list[PodView] = []
     values: dict[str, dict[str, float]] = {}
+    recent: dict[str, dict[str, float]] = {}
     for i, p in enumerate(pods):
         name = f"bert-{i}"
         views.append(PodView(name, p.phase, p.ready, p.deleting))
         pod_values = {metric: p.value} if isinstance(p.value, int | float) else dict(p.value or {})
         for m, v in pod_values.items():
             values.setdefault(m, {})[name] = float(v)
+        for m, v in (p.recent or {}).items():
+            recent.setdefault(m, {})[name] = float(v)
     fresh = sum(1 for p in pods if p.value is not None)
     averages = {m: sum(v.values()) / len(v) for m, v in values.items() if v}
     observation = Observation(
@@ -73,6 +78,8 @@ def world(
         averages=averages,
         pods_fresh=fresh,
         pods_stale=0,
+        recent=recent,
+        recent_s=RECENT_S if any(p.recent is not None for p in pods) else None,
     )
     return tuple(views), observation
 

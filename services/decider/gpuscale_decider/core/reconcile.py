@@ -43,6 +43,7 @@ from gpuscale_decider.core.replicas import (
     metric_proposal,
     replicas_text,
 )
+from gpuscale_decider.core.saturation import Signals, adjust
 from gpuscale_decider.core.state import Pending, ScalerState, TimedValue, record_scale
 from gpuscale_decider.core.status import blocked_status, evaluation_status, status_differs
 
@@ -88,6 +89,9 @@ class Observation:
     # Seconds the averages cover when shorter than the window: a pod joined the
     # workload then, and the aggregator dropped what was measured before.
     span_s: float | None = None
+    # metric -> fresh pod -> mean over the last recent_s, where the aggregator sent them.
+    recent: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    recent_s: float | None = None
 
 
 def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
@@ -98,9 +102,13 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
     pods = message.pods
     fresh = sorted(pods, key=lambda p: p.last_seen, reverse=True)[: message.pods_fresh]
     values: dict[str, dict[str, float]] = {}
+    recent: dict[str, dict[str, float]] = {}
     for pod in fresh:
         for metric, value in pod.values.items():
             values.setdefault(metric, {})[pod.pod] = value
+        if pod.recent is not UNSET:
+            for metric, value in pod.recent.items():
+                recent.setdefault(metric, {})[pod.pod] = value
     return Observation(
         received_at,
         message.ts,
@@ -110,6 +118,8 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
         message.pods_fresh,
         message.pods_stale,
         None if message.since is UNSET else max(0.0, message.ts - message.since),
+        recent,
+        None if message.recent_s is UNSET else message.recent_s,
     )
 
 
@@ -488,11 +498,20 @@ def _evaluate(
     proposals: tuple[MetricProposal, ...] = ()
     if not stale_why and observation is not None and pods is not None and target.selector:
         tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
+        signals = Signals(observation.recent, observation.recent_s)
         proposals = tuple(
-            metric_proposal(
-                m.name,
-                m.target,
+            adjust(
+                metric_proposal(
+                    m.name,
+                    m.target,
+                    observation.values.get(m.name, {}),
+                    pods,
+                    current,
+                    tolerances,
+                    spec.not_ready_pods,
+                ),
                 observation.values.get(m.name, {}),
+                signals,
                 pods,
                 current,
                 tolerances,

@@ -135,11 +135,20 @@ class MetricProposal:
     filled_missing_as: str = ""  # "at target" | "as 0" | "" (not filled)
     unready_as_zero: bool = False
     error: str = ""
+    # gpuscale's own rules (core.saturation) on top of HPA's: what they changed, and
+    # the count HPA's calculation gave when one of them held it back.
+    note: str = ""
+    calculated: int | None = None
 
     @property
     def explanation(self) -> str:
+        text = self._calculation()
+        return f"{text}; {self.note}" if self.note else text
+
+    def _calculation(self) -> str:
         if self.replicas is None or self.ratio is None or self.usage is None or self.groups is None:
             return f"{self.name}: {self.error} (target {fmt_target(self.target)})"
+        result = self.replicas if self.calculated is None else self.calculated
         g = self.groups
         ratio = self.ratio
         relation = "over" if ratio > 1.0 else "under" if ratio < 1.0 else "at"
@@ -152,7 +161,7 @@ class MetricProposal:
             return f"{head}: within tolerance, keep {self.current}"
         if self.rule is Rule.RATIO:
             left_out = f"; {count_pods(g.unready)} Pending left out" if g.unready else ""
-            return f"{head}{left_out}: ceil({g.ready} × {fmt_ratio(ratio)}) = {self.replicas}"
+            return f"{head}{left_out}: ceil({g.ready} × {fmt_ratio(ratio)}) = {result}"
         counted: list[str] = []
         if self.filled_missing_as:
             counted.append(f"{count_pods(g.missing)} without samples {self.filled_missing_as}")
@@ -174,7 +183,7 @@ class MetricProposal:
                 f"{head}: ceil({self.counted} × {fmt_ratio(new_ratio)}) = {proposed} goes the wrong way: "
                 f"keep {self.current}"
             )
-        return f"{head}: ceil({self.counted} × {fmt_ratio(new_ratio)}) = {self.replicas}"
+        return f"{head}: ceil({self.counted} × {fmt_ratio(new_ratio)}) = {result}"
 
     def __str__(self) -> str:
         return self.explanation

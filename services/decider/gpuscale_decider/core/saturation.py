@@ -1,0 +1,186 @@
+"""Scale-up when a metric is pinned at its ceiling, and queues judged with the
+capacity already requested (issue 14). gpuscale's own rules, on top of HPA's
+replica calculation (:mod:`.replicas`), each said in the reason when it
+changes the result. Purely computational.
+
+**A pinned metric understates demand.** GPU utilization cannot read above
+100 %: once every serving pod is pinned there, ``ceil(n × 100 / target)`` is
+the most the ratio can ask, and a 30 s mean that still holds the readings from
+before the load rose asks for less. In the spirit of Knative's panic window,
+when every counted pod's recent means (the last tenth of the window, at least
+3 s) sit at the ceiling, the step is taken on those means, not the window's,
+and where the pods' inference engines report their queue, the queue sizes it:
+a pod running R requests with W more waiting carries ``(R + W) / R`` times
+what it can run, so its demand is ``ceiling × (R + W) / R``. Only upward, and
+still through HPA's rules for missing and Pending pods (a starting pod counts
+as 0, so a step already requested is not asked again while it starts), then
+stabilization, the rate policies and ``maxReplicas``.
+
+**A queue is a stock, not a rate.** ``requests_waiting`` grows for as long as
+capacity is short, so while requested pods start it keeps asking for more
+(the backlog of the start-up, not new demand), and after they serve, the
+backlog left on the old pods asks again. So a scale-up on a queue waits while
+pods of the target are starting (the capacity already requested is the
+answer it is waiting for), and a queue that is falling (its recent mean below
+its window's by more than the scale-down tolerance) asks for nothing more: the
+capacity serving it is enough. A growing queue is judged on its recent mean
+when that is higher than the window's (the level now, not half a window ago).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+from gpuscale.policy import NotReadyPods
+from gpuscale_decider.core.replicas import (
+    MetricProposal,
+    PodView,
+    Tolerances,
+    count_pods,
+    fmt_value,
+    group_pods,
+    metric_proposal,
+)
+
+# Metrics that cannot read above their ceiling (%). Memory is left out: a full
+# framebuffer is an allocation (vLLM reserves 90 % at start), not load.
+CEILINGS: Final = {"gpu_util": 100.0, "sm_active": 100.0, "sm_util": 100.0, "kv_cache_usage": 100.0}
+# Pinned: at or above this share of the ceiling on every counted pod.
+PINNED_SHARE: Final = 0.95
+# Queues: stocks that grow for as long as capacity is short.
+QUEUES: Final = frozenset({"requests_waiting"})
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What the step may use beyond the window means, per metric and fresh pod."""
+
+    recent: Mapping[str, Mapping[str, float]]  # metric -> pod -> mean over the last recent_s
+    recent_s: float | None
+
+
+def adjust(
+    proposal: MetricProposal,
+    values: Mapping[str, float],
+    signals: Signals,
+    pods: Sequence[PodView],
+    current: int,
+    tolerances: Tolerances,
+    not_ready: NotReadyPods,
+) -> MetricProposal:
+    """The proposal with gpuscale's saturation and queue rules applied, or as it was."""
+    if proposal.replicas is None or proposal.groups is None or signals.recent_s is None:
+        return proposal
+    if proposal.name in CEILINGS:
+        return _pinned(proposal, values, signals, pods, current, tolerances, not_ready)
+    if proposal.name in QUEUES:
+        return _queue(proposal, values, signals, pods, current, tolerances, not_ready)
+    return proposal
+
+
+def _counted(pods: Sequence[PodView], values: Mapping[str, float], not_ready: NotReadyPods) -> list[str]:
+    return sorted(group_pods(pods, values, not_ready)[1])
+
+
+def _pinned(
+    proposal: MetricProposal,
+    values: Mapping[str, float],
+    signals: Signals,
+    pods: Sequence[PodView],
+    current: int,
+    tolerances: Tolerances,
+    not_ready: NotReadyPods,
+) -> MetricProposal:
+    name, ceiling = proposal.name, CEILINGS[proposal.name]
+    recent = signals.recent.get(name, {})
+    if not recent or max(recent.values()) < PINNED_SHARE * ceiling:
+        return proposal  # the common case, decided without grouping the pods again
+    counted = _counted(pods, values, not_ready)
+    if not counted or any(recent.get(pod, 0.0) < PINNED_SHARE * ceiling for pod in counted):
+        return proposal
+    demand = {pod: recent[pod] for pod in counted}
+    running = signals.recent.get("requests_running", {})
+    waiting = signals.recent.get("requests_waiting", {})
+    sized_by_queue = all(running.get(pod, 0.0) > 0.0 and pod in waiting for pod in counted)
+    if sized_by_queue:
+        demand = {pod: ceiling * (running[pod] + waiting[pod]) / running[pod] for pod in counted}
+    pinned = metric_proposal(name, proposal.target, demand, pods, current, tolerances, not_ready)
+    if pinned.replicas is None or pinned.replicas <= (proposal.replicas or 0):
+        return proposal
+    span = f"{signals.recent_s:g} s"
+    level = fmt_value(sum(recent[p] for p in counted) / len(counted))
+    note = (
+        f"{name} pinned at its ceiling on every counted pod ({level} over the last {span}; the window's "
+        f"mean {fmt_value(proposal.usage or 0.0)} understates demand)"
+    )
+    if sized_by_queue:
+        r = sum(running[p] for p in counted) / len(counted)
+        w = sum(waiting[p] for p in counted) / len(counted)
+        note += (
+            f"; the engines' queues size the step: running {fmt_value(r)} + waiting {fmt_value(w)} "
+            f"per pod is {fmt_value((r + w) / r)} times what they run"
+        )
+    return replace(pinned, note=note)
+
+
+def _queue(
+    proposal: MetricProposal,
+    values: Mapping[str, float],
+    signals: Signals,
+    pods: Sequence[PodView],
+    current: int,
+    tolerances: Tolerances,
+    not_ready: NotReadyPods,
+) -> MetricProposal:
+    groups = proposal.groups
+    assert groups is not None
+    recent = signals.recent.get(proposal.name, {})
+    counted = _counted(pods, values, not_ready)
+    if not counted or any(pod not in recent for pod in counted):
+        return proposal
+    now_level = sum(recent[pod] for pod in counted) / len(counted)
+    window_level = sum(values[pod] for pod in counted) / len(counted)
+    candidate = proposal
+    if now_level > window_level:
+        growing = metric_proposal(
+            proposal.name,
+            proposal.target,
+            {p: recent[p] for p in counted},
+            pods,
+            current,
+            tolerances,
+            not_ready,
+        )
+        if growing.replicas is not None and growing.replicas > (proposal.replicas or 0):
+            candidate = replace(
+                growing,
+                note=(
+                    f"the queue is growing: {fmt_value(now_level)} over the last {signals.recent_s:g} s "
+                    f"against {fmt_value(window_level)} in the window, judged on the former"
+                ),
+            )
+    if (candidate.replicas or 0) <= current:
+        return candidate
+    starting = groups.unready + groups.missing
+    if starting:
+        return _keep(
+            candidate,
+            current,
+            f"{count_pods(starting)} of the target starting: capacity already requested, "
+            "the queue is judged again once they serve",
+        )
+    if now_level < window_level * (1.0 - tolerances.down):
+        return _keep(
+            candidate,
+            current,
+            f"the queue is falling ({fmt_value(now_level)} over the last {signals.recent_s:g} s, "
+            f"{fmt_value(window_level)} in the window): the capacity serving it is enough",
+        )
+    return candidate
+
+
+def _keep(proposal: MetricProposal, current: int, why: str) -> MetricProposal:
+    note = f"{proposal.note}; {why}" if proposal.note else why
+    return replace(proposal, replicas=current, calculated=proposal.replicas, note=f"{note}: keep {current}")
