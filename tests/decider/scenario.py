@@ -5,7 +5,7 @@ own tests: "5 replicas, 1 Running at 10, 4 Pending, target 50: 1"."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuscale.policy import GPUScaler, parse_gpuscaler
@@ -105,8 +105,11 @@ def step(
     no_metrics: bool = False,
     conflict: str | None = None,
     config: Config | None = None,
+    span_s: float | None = None,
 ) -> Step:
     views, observation = world(pods or (), received_at=now - received_s_ago)
+    if span_s is not None:
+        observation = replace(observation, span_s=span_s)
     return reconcile(
         Memory(state if state is not None else seen()),
         scaler,

@@ -38,6 +38,7 @@ class Case:
     desired: int
     said: str = ""  # in the reason
     not_said: str = ""
+    span_s: float | None = None  # the averages start this long ago (a pod became ready)
 
 
 CASES = {
@@ -57,13 +58,16 @@ CASES = {
     "not pinned: one counted pod below 95 % of the ceiling: the window decides (HPA: keep 2)": Case(
         UTIL, 2, (pod(60, 100), pod(60, 90)), 2, "", "pinned"
     ),
-    "pinned while a requested pod starts: HPA counts it as 0, (100 + 0)/2 reverses: keep 2, not 1": Case(
+    "pinned while a requested pod starts: no further step, and no scale-down either: keep 2, not 1": Case(
         # On the window's 60 alone HPA leaves the Pending pod out of a scale-down: ceil(1 x 60/70) = 1.
         UTIL,
         2,
         (pod(60, 100), *pending(1)),
         2,
-        "pinned at its ceiling",
+        "while 1 pod start: no scale-down",
+    ),
+    "pinned with a growing queue while requested pods start: the start-up's backlog asks nothing: keep 3": Case(
+        UTIL, 3, (pod(100, 100, requests_running=16, requests_waiting=80), *pending(2)), 3, "", "queues size"
     ),
     "pinned never lowers: window mean above the recent mean: the window's answer": Case(
         UTIL, 2, (pod(100, 96), pod(100, 96)), 3, "", "pinned"
@@ -81,6 +85,14 @@ CASES = {
         2,
         "1 pod of the target starting: capacity already requested",
     ),
+    "queue right after the capacity arrived: the old backlog on one pod is no trend yet: keep 3": Case(
+        QUEUE,
+        3,
+        (queue_pod(90, 90), queue_pod(0, 0), queue_pod(0, 0)),
+        3,
+        "capacity changed 2 s ago",
+        span_s=2.0,
+    ),
     "queue falling after the capacity arrived: recent 5 against 20 in the window: keep 3": Case(
         QUEUE, 3, (queue_pod(20, 5), queue_pod(20, 5), queue_pod(20, 5)), 3, "the queue is falling"
     ),
@@ -95,7 +107,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_saturation_and_queue_scenarios(case: Case) -> None:
-    s = step(case.scaler, case.current, case.pods)
+    s = step(case.scaler, case.current, case.pods, span_s=case.span_s)
     assert s.evaluation is not None
     assert s.evaluation.desired == case.desired, s.evaluation.reason
     if case.said:

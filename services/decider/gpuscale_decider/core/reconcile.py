@@ -498,7 +498,7 @@ def _evaluate(
     proposals: tuple[MetricProposal, ...] = ()
     if not stale_why and observation is not None and pods is not None and target.selector:
         tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
-        signals = Signals(observation.recent, observation.recent_s)
+        signals = Signals(observation.recent, observation.recent_s, observation.span_s)
         proposals = tuple(
             adjust(
                 metric_proposal(

@@ -21,9 +21,10 @@ capacity is short, so while requested pods start it keeps asking for more
 (the backlog of the start-up, not new demand), and after they serve, the
 backlog left on the old pods asks again. So a scale-up on a queue waits while
 pods of the target are starting (the capacity already requested is the
-answer it is waiting for), and a queue that is falling (its recent mean below
-its window's by more than the scale-down tolerance) asks for nothing more: the
-capacity serving it is enough. A growing queue is judged on its recent mean
+answer it is waiting for) and, once they serve, until the averages since show
+where the queue goes (two recent spans); a queue that is falling (its recent
+mean 2 % or more below its window's) asks for nothing more: the capacity
+serving it is enough. The pinned rule, too, waits while pods start. A growing queue is judged on its recent mean
 when that is higher than the window's (the level now, not half a window ago).
 """
 
@@ -51,6 +52,11 @@ CEILINGS: Final = {"gpu_util": 100.0, "sm_active": 100.0, "sm_util": 100.0, "kv_
 PINNED_SHARE: Final = 0.95
 # Queues: stocks that grow for as long as capacity is short.
 QUEUES: Final = frozenset({"requests_waiting"})
+# A queue is falling when its recent mean is this much below its window's (a drain
+# slower than the tolerance is still a drain: the capacity serving it is enough).
+FALLING: Final = 0.02
+# After a capacity change, a queue's trend shows once its averages span this many recent spans.
+TREND_SPANS: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,7 @@ class Signals:
 
     recent: Mapping[str, Mapping[str, float]]  # metric -> pod -> mean over the last recent_s
     recent_s: float | None
+    span_s: float | None = None  # the window's averages start this long ago (a capacity change)
 
 
 def adjust(
@@ -100,6 +107,21 @@ def _pinned(
     counted = _counted(pods, values, not_ready)
     if not counted or any(recent.get(pod, 0.0) < PINNED_SHARE * ceiling for pod in counted):
         return proposal
+    level = fmt_value(sum(recent[p] for p in counted) / len(counted))
+    span = f"{signals.recent_s:g} s"
+    groups = proposal.groups
+    if groups is not None and groups.unready + groups.missing:
+        # Pods of the target are starting: the capacity asked for is on its way (a
+        # queue that grows meanwhile is the start-up's backlog, not new demand), so
+        # no further step; but pods pinned now are no reason to scale down either.
+        if (proposal.replicas or 0) >= current:
+            return proposal
+        return _keep(
+            proposal,
+            current,
+            f"{name} pinned at its ceiling on every serving pod ({level} over the last {span}) while "
+            f"{count_pods(groups.unready + groups.missing)} start: no scale-down",
+        )
     demand = {pod: recent[pod] for pod in counted}
     running = signals.recent.get("requests_running", {})
     waiting = signals.recent.get("requests_waiting", {})
@@ -109,8 +131,6 @@ def _pinned(
     pinned = metric_proposal(name, proposal.target, demand, pods, current, tolerances, not_ready)
     if pinned.replicas is None or pinned.replicas <= (proposal.replicas or 0):
         return proposal
-    span = f"{signals.recent_s:g} s"
-    level = fmt_value(sum(recent[p] for p in counted) / len(counted))
     note = (
         f"{name} pinned at its ceiling on every counted pod ({level} over the last {span}; the window's "
         f"mean {fmt_value(proposal.usage or 0.0)} understates demand)"
@@ -171,11 +191,19 @@ def _queue(
             f"{count_pods(starting)} of the target starting: capacity already requested, "
             "the queue is judged again once they serve",
         )
-    if now_level < window_level * (1.0 - tolerances.down):
+    recent_s = signals.recent_s or 0.0
+    if signals.span_s is not None and signals.span_s < TREND_SPANS * recent_s:
         return _keep(
             candidate,
             current,
-            f"the queue is falling ({fmt_value(now_level)} over the last {signals.recent_s:g} s, "
+            f"capacity changed {signals.span_s:.0f} s ago: the backlog of before stays with the pods "
+            f"that had it, the queue is judged once {TREND_SPANS * recent_s:g} s show where it goes",
+        )
+    if now_level < window_level * (1.0 - FALLING):
+        return _keep(
+            candidate,
+            current,
+            f"the queue is falling ({fmt_value(now_level)} over the last {recent_s:g} s, "
             f"{fmt_value(window_level)} in the window): the capacity serving it is enough",
         )
     return candidate
