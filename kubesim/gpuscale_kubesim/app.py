@@ -21,6 +21,7 @@ def build(settings: KubeSimSettings) -> KubeSim:
         scenario=settings.scenario,
         host=settings.host,
         startup_delay_s=settings.startup_delay,
+        window_s=settings.window,
         termination_delay_s=settings.termination_delay,
         tokens={settings.token: None} if settings.token else None,
         nodes=settings.nodes,

@@ -103,7 +103,7 @@ def demo_deployment(name: str = DEMO_WORKLOAD, ns: str = DEMO_NAMESPACE) -> Obj:
     }
 
 
-def demo_gpuscaler(name: str = DEMO_WORKLOAD, ns: str = DEMO_NAMESPACE) -> Obj:
+def demo_gpuscaler(name: str = DEMO_WORKLOAD, ns: str = DEMO_NAMESPACE, window: str = "30s") -> Obj:
     return {
         "apiVersion": "gpuscale.io/v1alpha1",
         "kind": "GPUScaler",
@@ -113,7 +113,7 @@ def demo_gpuscaler(name: str = DEMO_WORKLOAD, ns: str = DEMO_NAMESPACE) -> Obj:
             "minReplicas": 1,
             "maxReplicas": 10,
             "metrics": [{"name": "gpu_util", "target": 70}],
-            "window": "30s",
+            "window": window,
             "tolerance": 0.1,
             # HPA's 300 s scale-down stabilization would keep the demo's story
             # (load falls, replicas follow) past its two minutes.
@@ -146,18 +146,20 @@ def vllm_deployment(name: str, ns: str = DEMO_NAMESPACE) -> Obj:
     return deploy
 
 
-def llm_gpuscaler(name: str, metrics: list[Obj], ns: str = DEMO_NAMESPACE) -> Obj:
-    scaler = demo_gpuscaler(name, ns)
+def llm_gpuscaler(name: str, metrics: list[Obj], ns: str = DEMO_NAMESPACE, window: str = "30s") -> Obj:
+    scaler = demo_gpuscaler(name, ns, window)
     scaler["spec"]["metrics"] = metrics
     return scaler
 
 
-def llm_demo_objects() -> list[Obj]:
+def llm_demo_objects(window: str = "30s") -> list[Obj]:
     return [
         vllm_deployment(LLM_QUEUE_WORKLOAD),
-        llm_gpuscaler(LLM_QUEUE_WORKLOAD, [{"name": "requests_waiting", "target": LLM_WAITING_TARGET}]),
+        llm_gpuscaler(
+            LLM_QUEUE_WORKLOAD, [{"name": "requests_waiting", "target": LLM_WAITING_TARGET}], window=window
+        ),
         vllm_deployment(LLM_UTIL_WORKLOAD),
-        llm_gpuscaler(LLM_UTIL_WORKLOAD, [{"name": "gpu_util", "target": 70}]),
+        llm_gpuscaler(LLM_UTIL_WORKLOAD, [{"name": "gpu_util", "target": 70}], window=window),
     ]
 
 
@@ -168,15 +170,16 @@ def base_objects(nodes: int, gpus_per_node: int) -> list[Obj]:
     return objs
 
 
-def scenario_objects(scenario: str, nodes: int, gpus_per_node: int) -> list[Obj]:
-    """The objects to create at start-up, in order."""
+def scenario_objects(scenario: str, nodes: int, gpus_per_node: int, window_s: float = 30.0) -> list[Obj]:
+    """The objects to create at start-up, in order. ``window_s``: the built-in GPUScalers' window."""
     objs = base_objects(nodes, gpus_per_node)
+    window = f"{window_s:g}s"
     if scenario == "empty":
         return objs
     if scenario == "demo":
-        return [*objs, demo_deployment(), demo_gpuscaler()]
+        return [*objs, demo_deployment(), demo_gpuscaler(window=window)]
     if scenario == "demo-llm":
-        return [*objs, *llm_demo_objects()]
+        return [*objs, *llm_demo_objects(window)]
     path = Path(scenario)
     if not path.is_file():
         raise ValueError(f"scenario must be 'demo', 'empty' or a YAML file of objects; no file {scenario!r}")

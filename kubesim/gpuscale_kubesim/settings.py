@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from gpuscale.settings import choice, non_negative_int, option, path, port, positive_float, positive_int
+from gpuscale.settings import (
+    choice,
+    non_negative_int,
+    option,
+    path,
+    port,
+    positive_float,
+    positive_int,
+    seconds,
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -89,6 +98,13 @@ class KubeSimSettings:
         parse=scenario,
         help="built-in cluster ('demo'; 'demo-llm': two vLLM-like workloads, one scaled on "
         "requests_waiting, one on gpu_util; 'empty') or a YAML file of objects to create",
+    )
+    window: float = option(
+        30.0,
+        "--window",
+        env="GPUSCALE_KUBE_SIM_WINDOW",
+        parse=seconds,
+        help="spec.window of the built-in scenarios' GPUScalers",
     )
     startup_delay: float = option(
         20.0,

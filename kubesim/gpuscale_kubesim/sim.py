@@ -61,6 +61,7 @@ class KubeSim:
         *,
         host: str = "127.0.0.1",
         startup_delay_s: float = 20.0,
+        window_s: float = 30.0,
         termination_delay_s: float = 2.0,
         tokens: dict[str, Any] | None = None,
         nodes: int | None = None,
@@ -78,6 +79,7 @@ class KubeSim:
         self.host = host
         self.port = port
         self.scenario = scenario
+        self.window_s = window_s  # the built-in scenarios' GPUScaler window
         self.nodes = nodes if nodes is not None else (4 if scenario in ("demo", "demo-llm") else 2)
         self.gpus_per_node = gpus_per_node
         self.profile = profile
@@ -127,7 +129,7 @@ class KubeSim:
         await self.stop()
 
     async def start(self) -> None:
-        for obj in scenarios.scenario_objects(self.scenario, self.nodes, self.gpus_per_node):
+        for obj in scenarios.scenario_objects(self.scenario, self.nodes, self.gpus_per_node, self.window_s):
             try:
                 await self.create(obj)
             except ApiError as e:

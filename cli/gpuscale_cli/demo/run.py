@@ -64,6 +64,7 @@ def start_pipeline(settings: DemoSettings, group: ProcessGroup) -> tuple[str, Pa
         "--profile", profile,
         "--speed", str(settings.speed),
         "--startup-delay", str(settings.startup_delay_s),
+        "--window", str(settings.window_s),
     )  # fmt: skip
     _wait_for_kube_sim(sim_url, kubeconfig, group)
     kube = ("--kubeconfig", str(kubeconfig), "--http-port", "0")

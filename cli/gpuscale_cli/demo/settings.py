@@ -50,7 +50,11 @@ class DemoSettings:
         help="how long a new pod loads its model before it is ready",
     )
     window_s: float = option(
-        30.0, "--window", env="GPUSCALE_WINDOW", parse=seconds, help="the aggregator's averaging window"
+        30.0,
+        "--window",
+        env="GPUSCALE_WINDOW",
+        parse=seconds,
+        help="the demo GPUScalers' spec.window (and the aggregator's default --window)",
     )
     log_dir: Path | None = option(
         None,
