@@ -132,3 +132,21 @@ def test_the_pinned_step_goes_through_the_rate_policy() -> None:
     assert s.evaluation.recommendation == 12
     assert s.evaluation.desired == 5
     assert "ScaleUpLimit" in {c.reason.value for c in s.evaluation.conditions}
+
+
+@pytest.mark.parametrize(
+    ("engine", "window"),
+    [
+        ({"requests_running": 1e-300, "requests_waiting": 1.7e308}, 60.0),
+        ({"requests_running": 16, "requests_waiting": 1.7e308}, 60.0),
+        ({}, 1.7e308),
+    ],
+    ids=["running-near-zero", "waiting-at-the-largest-double", "window-at-the-largest-double"],
+)
+def test_wild_but_valid_gauges_neither_crash_nor_pass_max_replicas(
+    engine: dict[str, float], window: float
+) -> None:
+    """Values the contract allows (finite, >= 0) from a broken engine or a hostile peer."""
+    s = step(UTIL, 2, (pod(window, 100, **engine), pod(window, 100, **engine)))
+    assert s.evaluation is not None
+    assert 2 <= s.evaluation.desired <= 10

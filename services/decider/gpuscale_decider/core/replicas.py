@@ -110,11 +110,16 @@ def group_pods(
     return groups, counted
 
 
+# The contract bounds some values only by "finite"; past this no metric is real,
+# and a product with 1000 must stay finite (math.ceil(inf) raises).
+_MILLI_INPUT_MAX = 1e15
+
+
 def milli(value: float) -> int:
     """A value as a Kubernetes quantity's ``MilliValue()`` (rounded up); the
     small epsilon keeps binary noise (0.1 × 1000 = 100.00000000000001) from
     rounding a whole milli-unit up."""
-    return math.ceil(value * 1000.0 - 1e-6)
+    return math.ceil(min(value, _MILLI_INPUT_MAX) * 1000.0 - 1e-6)
 
 
 @dataclass(frozen=True, slots=True)

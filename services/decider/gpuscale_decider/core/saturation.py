@@ -50,6 +50,9 @@ from gpuscale_decider.core.replicas import (
 CEILINGS: Final = {"gpu_util": 100.0, "sm_active": 100.0, "sm_util": 100.0, "kv_cache_usage": 100.0}
 # Pinned: at or above this share of the ceiling on every counted pod.
 PINNED_SHARE: Final = 0.95
+# The most a queue may multiply a pinned pod's demand by (the rate policies and
+# maxReplicas bound the step anyway; this keeps a wild gauge's arithmetic finite).
+MAX_QUEUE_FACTOR: Final = 100.0
 # Queues: stocks that grow for as long as capacity is short.
 QUEUES: Final = frozenset({"requests_waiting"})
 # A queue is falling when its recent mean is this much below its window's (a drain
@@ -125,9 +128,13 @@ def _pinned(
     demand = {pod: recent[pod] for pod in counted}
     running = signals.recent.get("requests_running", {})
     waiting = signals.recent.get("requests_waiting", {})
-    sized_by_queue = all(running.get(pod, 0.0) > 0.0 and pod in waiting for pod in counted)
+    # A pod running less than one request is not at its concurrency limit: no sizing by it.
+    sized_by_queue = all(running.get(pod, 0.0) >= 1.0 and pod in waiting for pod in counted)
     if sized_by_queue:
-        demand = {pod: ceiling * (running[pod] + waiting[pod]) / running[pod] for pod in counted}
+        demand = {
+            pod: ceiling * min(MAX_QUEUE_FACTOR, (running[pod] + waiting[pod]) / running[pod])
+            for pod in counted
+        }
     pinned = metric_proposal(name, proposal.target, demand, pods, current, tolerances, not_ready)
     if pinned.replicas is None or pinned.replicas <= (proposal.replicas or 0):
         return proposal
