@@ -96,7 +96,7 @@ CASES = {
     "queue falling after the capacity arrived: recent 5 against 20 in the window: keep 3": Case(
         QUEUE, 3, (queue_pod(20, 5), queue_pod(20, 5), queue_pod(20, 5)), 3, "the queue is falling"
     ),
-    "queue steady above target with nobody starting: HPA's AverageValue: ceil(30 x 3/4) = 23, max 10 by rate 3 + 4": Case(
+    "queue steady above target with nobody starting: HPA's AverageValue: ceil(3 x 10/4) = 8, rate limit max(2 x 3, 3 + 4) = 7": Case(
         QUEUE, 3, (queue_pod(10, 10), queue_pod(10, 10), queue_pod(10, 10)), 7, "", "falling"
     ),
     "queue below target: HPA's scale-down, no rule of ours": Case(

@@ -301,13 +301,16 @@ class AggregatorService:
             self._node_by_token[subject] = node
         return node
 
-    def _reject(self, reason: str, detail: str, source: str) -> None:
-        self.m.rejected.labels(kind=KIND, reason=reason).inc()
-        held = self.throttle.allow("batch", reason)
+    def _reject(
+        self, reason: str, detail: str, source: str, kind: str = KIND, event: str = "batch_rejected"
+    ) -> None:
+        self.m.rejected.labels(kind=kind, reason=reason).inc()
+        held = self.throttle.allow(event, reason)
         if held is not None:
-            self.log.warning(
-                "batch_rejected", source=source[:200], reason=reason, detail=detail[:300], suppressed=held
-            )
+            self.log.warning(event, source=source[:200], reason=reason, detail=detail[:300], suppressed=held)
+
+    def _reject_window(self, reason: str, detail: str, source: str) -> None:
+        self._reject(reason, detail, source, WindowRequest.KIND, "window_request_rejected")
 
     # --- what each GPUScaler needs -------------------------------------------------
 
@@ -337,8 +340,7 @@ class AggregatorService:
         store = self.core.store
         before = store.wanted.get(workload)
         recent = None if request.recent_s is UNSET else request.recent_s
-        ttl = min(max(request.ttl_s, 1.0), 3600.0)
-        taken, why = store.request(workload, request.window_s, recent, now, ttl)
+        taken, why = store.request(workload, request.window_s, recent, now, request.ttl_s)
         self.m.window_requests.labels(result=why or "as_asked").inc()
         self.m.windowed.set(len(store.wanted))
         self.m.span.set(store.span_s)
@@ -358,18 +360,6 @@ class AggregatorService:
                 asked_window_s=request.window_s,
                 clamped=bool(why),
                 max_window_s=store.config.max_window_s,
-            )
-
-    def _reject_window(self, reason: str, detail: str, source: str) -> None:
-        self.m.rejected.labels(kind=WindowRequest.KIND, reason=reason).inc()
-        held = self.throttle.allow("window_rejected", reason)
-        if held is not None:
-            self.log.warning(
-                "window_request_rejected",
-                source=source[:200],
-                reason=reason,
-                detail=detail[:300],
-                suppressed=held,
             )
 
     # --- scale-out: the split stage ---------------------------------------------

@@ -90,7 +90,9 @@ class DeciderMetrics:
         self._conditions: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
 
         self.publish_failures = Counter(
-            "gpuscale_decider_publish_failures_total", "Decisions that could not be published", registry=r
+            "gpuscale_decider_publish_failures_total",
+            "Decisions, advice and window requests that could not be published (NATS away)",
+            registry=r,
         )
         self.policies = Gauge("gpuscale_decider_policies", "GPUScaler policies held", ["state"], registry=r)
         self.invalid_policies = Counter(

@@ -166,6 +166,9 @@ class Wanted:
     covers_from: float
 
 
+# How long a request may hold without repetition: a sender cannot pin a window for a day.
+TTL_MIN_S: Final = 1.0
+TTL_MAX_S: Final = 3600.0
 # Why a window request was not taken as asked (a metrics label: low cardinality).
 CLAMPED: Final = "clamped"  # shorter than a bucket or longer than max_window_s: the nearest allowed
 TOO_MANY: Final = "too_many_workloads"  # max_requests workloads already have a window of their own
@@ -232,7 +235,7 @@ class WindowStore:
         now: float,
         ttl_s: float,
     ) -> tuple[Wanted | None, str]:
-        """A policy's window for ``workload`` until ``now + ttl_s``: what was
+        """A policy's window for ``workload`` until ``now + ttl_s`` (1 s to 1 h): what was
         taken (None: refused) and why it differs from what was asked ("": as asked).
         A longer window than the workload had covers only what was kept, which
         the messages say (``since``) until the window has passed."""
@@ -253,7 +256,8 @@ class WindowStore:
             covers_from = max(covers_from, held.covers_from) if window > before else held.covers_from
         if window > self.span_s:
             self._resize(self._slots_for(window))
-        taken = Wanted(window, recent, now + ttl_s, covers_from)
+        ttl = min(max(ttl_s, TTL_MIN_S), TTL_MAX_S)
+        taken = Wanted(window, recent, now + ttl, covers_from)
         self.wanted[workload] = taken
         return taken, why
 

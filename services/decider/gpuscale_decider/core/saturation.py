@@ -24,8 +24,9 @@ pods of the target are starting (the capacity already requested is the
 answer it is waiting for) and, once they serve, until the averages since show
 where the queue goes (two recent spans); a queue that is falling (its recent
 mean 2 % or more below its window's) asks for nothing more: the capacity
-serving it is enough. The pinned rule, too, waits while pods start. A growing queue is judged on its recent mean
-when that is higher than the window's (the level now, not half a window ago).
+serving it is enough. A growing queue is judged on its recent mean when that
+is higher than the window's (the level now, not half a window ago). The
+pinned rule, too, takes no further step while pods start.
 """
 
 from __future__ import annotations
@@ -71,6 +72,28 @@ class Signals:
     span_s: float | None = None  # the window's averages start this long ago (a capacity change)
 
 
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What HPA's calculation of one metric took, to compute it again on other values."""
+
+    values: Mapping[str, float]  # the window means of the fresh pods
+    signals: Signals
+    pods: Sequence[PodView]
+    current: int
+    tolerances: Tolerances
+    not_ready: NotReadyPods
+
+    def counted(self) -> list[str]:
+        """The pods whose values count (HPA's ready pods)."""
+        return sorted(group_pods(self.pods, self.values, self.not_ready)[1])
+
+    def again(self, proposal: MetricProposal, values: Mapping[str, float]) -> MetricProposal:
+        """HPA's calculation of the same metric on other per-pod values."""
+        return metric_proposal(
+            proposal.name, proposal.target, values, self.pods, self.current, self.tolerances, self.not_ready
+        )
+
+
 def adjust(
     proposal: MetricProposal,
     values: Mapping[str, float],
@@ -83,31 +106,21 @@ def adjust(
     """The proposal with gpuscale's saturation and queue rules applied, or as it was."""
     if proposal.replicas is None or proposal.groups is None or signals.recent_s is None:
         return proposal
+    inputs = _Inputs(values, signals, pods, current, tolerances, not_ready)
     if proposal.name in CEILINGS:
-        return _pinned(proposal, values, signals, pods, current, tolerances, not_ready)
+        return _pinned(proposal, inputs)
     if proposal.name in QUEUES:
-        return _queue(proposal, values, signals, pods, current, tolerances, not_ready)
+        return _queue(proposal, inputs)
     return proposal
 
 
-def _counted(pods: Sequence[PodView], values: Mapping[str, float], not_ready: NotReadyPods) -> list[str]:
-    return sorted(group_pods(pods, values, not_ready)[1])
-
-
-def _pinned(
-    proposal: MetricProposal,
-    values: Mapping[str, float],
-    signals: Signals,
-    pods: Sequence[PodView],
-    current: int,
-    tolerances: Tolerances,
-    not_ready: NotReadyPods,
-) -> MetricProposal:
+def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
+    signals, current = inputs.signals, inputs.current
     name, ceiling = proposal.name, CEILINGS[proposal.name]
     recent = signals.recent.get(name, {})
     if not recent or max(recent.values()) < PINNED_SHARE * ceiling:
         return proposal  # the common case, decided without grouping the pods again
-    counted = _counted(pods, values, not_ready)
+    counted = inputs.counted()
     if not counted or any(recent.get(pod, 0.0) < PINNED_SHARE * ceiling for pod in counted):
         return proposal
     level = fmt_value(sum(recent[p] for p in counted) / len(counted))
@@ -135,7 +148,7 @@ def _pinned(
             pod: ceiling * min(MAX_QUEUE_FACTOR, (running[pod] + waiting[pod]) / running[pod])
             for pod in counted
         }
-    pinned = metric_proposal(name, proposal.target, demand, pods, current, tolerances, not_ready)
+    pinned = inputs.again(proposal, demand)
     if pinned.replicas is None or pinned.replicas <= (proposal.replicas or 0):
         return proposal
     note = (
@@ -152,34 +165,19 @@ def _pinned(
     return replace(pinned, note=note)
 
 
-def _queue(
-    proposal: MetricProposal,
-    values: Mapping[str, float],
-    signals: Signals,
-    pods: Sequence[PodView],
-    current: int,
-    tolerances: Tolerances,
-    not_ready: NotReadyPods,
-) -> MetricProposal:
+def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
+    signals, current, values = inputs.signals, inputs.current, inputs.values
     groups = proposal.groups
     assert groups is not None
     recent = signals.recent.get(proposal.name, {})
-    counted = _counted(pods, values, not_ready)
+    counted = inputs.counted()
     if not counted or any(pod not in recent for pod in counted):
         return proposal
     now_level = sum(recent[pod] for pod in counted) / len(counted)
     window_level = sum(values[pod] for pod in counted) / len(counted)
     candidate = proposal
     if now_level > window_level:
-        growing = metric_proposal(
-            proposal.name,
-            proposal.target,
-            {p: recent[p] for p in counted},
-            pods,
-            current,
-            tolerances,
-            not_ready,
-        )
+        growing = inputs.again(proposal, {p: recent[p] for p in counted})
         if growing.replicas is not None and growing.replicas > (proposal.replicas or 0):
             candidate = replace(
                 growing,
