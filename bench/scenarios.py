@@ -32,6 +32,13 @@ replicas a load needs are ``ceil(load / 70)``; ``time_to_adequate_s`` is the
 longest stretch with fewer requested replicas than needed;
 ``underprovisioned_gpu_s`` / ``overprovisioned_gpu_s`` integrate the missing and
 surplus GPUs (requested, one GPU per pod); ``scale_events`` counts changes.
+
+**The floor** row is a scaler that asks for exactly what the load needs the
+instant it changes, under the same scale-down stabilization: never short, so
+its surplus is the least any scaler that is never short can have. With HPA's
+default 300 s window a scale-up is held five minutes after the load falls,
+whoever asked for it; ``--scale-down-window S`` runs both sides (and the floor)
+with ``behavior.scaleDown.stabilizationWindowSeconds: S`` instead.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.logging import configure
 from gpuscale.policy import parse_gpuscaler
 from gpuscale_cli.demo.processes import ProcessGroup
-from gpuscale_cli.demo.report import NEEDED_PER_POD, Provisioning, provisioning
+from gpuscale_cli.demo.report import NEEDED_PER_POD, Provisioning, needed_replicas, provisioning
 from gpuscale_decider.core.reconcile import Config, Memory, Observation, Target, reconcile
 from gpuscale_decider.core.replicas import PodView
 from gpuscale_kubesim import load as loadmod
@@ -67,6 +74,7 @@ STARTUP_DELAY_S = 20.0
 WAITING_TARGET = 4.0
 UTIL_TARGET = 70.0
 MAX_REPLICAS = 10
+DEFAULT_SCALE_DOWN_WINDOW_S = 300  # HPA's behavior.scaleDown.stabilizationWindowSeconds
 
 # The traces (GPU-percent of work over seconds). step is the demo's: 30 → 200
 # at 15 s (3 pods' worth at 70 %), back to 40 at 100 s.
@@ -94,9 +102,12 @@ def deployment(name: str) -> dict[str, Any]:
     return deploy
 
 
-def gpuscaler(name: str, metric: str, target: float, window: str = "30s") -> dict[str, Any]:
-    """HPA's default behaviour (no ``behavior``): what both sides run."""
-    return {
+def gpuscaler(
+    name: str, metric: str, target: float, window: str = "30s", scale_down_window_s: int | None = None
+) -> dict[str, Any]:
+    """HPA's default behaviour (no ``behavior``) unless a scale-down stabilization
+    window is given: what both sides run."""
+    scaler: dict[str, Any] = {
         "apiVersion": "gpuscale.io/v1alpha1",
         "kind": "GPUScaler",
         "metadata": {"name": name, "namespace": NAMESPACE},
@@ -108,10 +119,31 @@ def gpuscaler(name: str, metric: str, target: float, window: str = "30s") -> dic
             "window": window,
         },
     }
+    if scale_down_window_s is not None:
+        scaler["spec"]["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": scale_down_window_s}}
+    return scaler
 
 
 def measure(points: list[tuple[float, float, int]]) -> Provisioning:
     return provisioning(points, NEEDED_PER_POD, min_replicas=1, max_replicas=MAX_REPLICAS)
+
+
+def oracle(
+    profile: loadmod.Profile, duration_s: float, scale_down_window_s: float
+) -> list[tuple[float, float, int]]:
+    """The floor: a scaler that knows the load the instant it changes and asks for
+    exactly what it needs, under the same scale-down stabilization (HPA keeps the
+    highest recommendation of the last window). It is never short, so its surplus is
+    the least any scaler that is never short can have: the price of the
+    stabilization, not of the signal."""
+    out: list[tuple[float, float, int]] = []
+    needs: list[tuple[float, int]] = []
+    for second in range(int(duration_s) + 1):
+        t = float(second)
+        load = profile.at(t)
+        needs.append((t, needed_replicas(load, NEEDED_PER_POD, 1, MAX_REPLICAS)))
+        out.append((t, load, max(n for at, n in needs if at >= t - scale_down_window_s)))
+    return out
 
 
 # --- the usual chain, in virtual time -----------------------------------------------------
@@ -146,7 +178,11 @@ def _due(t: float, phase: float, period: float, dt: float) -> bool:
 
 
 def emulate_chain(
-    profile: loadmod.Profile, duration_s: float, phases: ChainPhases, seed: int
+    profile: loadmod.Profile,
+    duration_s: float,
+    phases: ChainPhases,
+    seed: int,
+    scale_down_window_s: int | None = None,
 ) -> list[tuple[float, float, int]]:
     """dcgm-exporter → Prometheus → adapter/KEDA → HPA on a virtual cluster; (t, load, requested) per second."""
     start = 10_000.0
@@ -173,7 +209,9 @@ def emulate_chain(
     player.settle(player.now())
     player.set_load(NAMESPACE, name, profile)
     # The 1-minute query window is the freshness bound on this side.
-    scaler = parse_gpuscaler(gpuscaler(name, "gpu_util", UTIL_TARGET, window="60s"))
+    scaler = parse_gpuscaler(
+        gpuscaler(name, "gpu_util", UTIL_TARGET, window="60s", scale_down_window_s=scale_down_window_s)
+    )
     memory = Memory()
     config = Config()
     exporter: dict[str, float] = {}  # the exporter's last collection, per pod
@@ -252,7 +290,10 @@ def _pod_view(pod: dict[str, Any]) -> PodView:
 
 
 async def run_pipeline(
-    traces: dict[str, tuple[loadmod.Profile, float]], work: Path, log_level: str
+    traces: dict[str, tuple[loadmod.Profile, float]],
+    work: Path,
+    log_level: str,
+    scale_down_window_s: int | None = None,
 ) -> dict[str, dict[str, list[tuple[float, float, int]]]]:
     """Every trace's two workloads at once on one pipeline; (t, load, requested) per second each."""
     run_s = max(duration for _, duration in traces.values())
@@ -271,7 +312,7 @@ async def run_pipeline(
                 profile, _ = traces[trace]
                 await sim.create(deployment(name))
                 metric, target = METRICS[kind]
-                await sim.create(gpuscaler(name, metric, target))
+                await sim.create(gpuscaler(name, metric, target, scale_down_window_s=scale_down_window_s))
                 sim.set_load(NAMESPACE, name, loadmod.constant(profile.at(0.0)))
             group = ProcessGroup(work, env={"GPUSCALE_NATS_URL": nats.url, "GPUSCALE_LOG_LEVEL": log_level})
             kube = ("--kubeconfig", str(sim.kubeconfig_path), "--http-port", "0")
@@ -367,6 +408,12 @@ def main() -> int:
     parser.add_argument(
         "--chain-only", action="store_true", help="skip the real pipeline (seconds, not minutes)"
     )
+    parser.add_argument(
+        "--scale-down-window",
+        type=int,
+        default=None,
+        help="behavior.scaleDown.stabilizationWindowSeconds on both sides (default: HPA's 300)",
+    )
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--json", type=Path, default=None, help="write every figure and series here")
     parser.add_argument("--log-level", default="warning")
@@ -381,7 +428,9 @@ def main() -> int:
     chain: dict[str, list[Provisioning]] = {}
     for trace, (profile, duration) in traces.items():
         chain[trace] = [
-            measure(emulate_chain(profile, duration, ChainPhases.draw(rng), seed=args.seed + i))
+            measure(
+                emulate_chain(profile, duration, ChainPhases.draw(rng), args.seed + i, args.scale_down_window)
+            )
             for i in range(args.chain_runs)
         ]
     pipeline: dict[str, dict[str, list[tuple[float, float, int]]]] = {}
@@ -389,9 +438,17 @@ def main() -> int:
     if not args.chain_only:
         work = Path(tempfile.mkdtemp(prefix="gpuscale-scenarios-"))
         print(f"gpuscale pipeline: logs in {work}", file=sys.stderr, flush=True)
-        pipeline = asyncio.run(run_pipeline(traces, work, args.log_level))
+        pipeline = asyncio.run(run_pipeline(traces, work, args.log_level, args.scale_down_window))
 
-    doc: dict[str, Any] = {"traces": {}, "needed_per_pod": NEEDED_PER_POD, "chain_runs": args.chain_runs}
+    stabilization_s = (
+        DEFAULT_SCALE_DOWN_WINDOW_S if args.scale_down_window is None else args.scale_down_window
+    )
+    doc: dict[str, Any] = {
+        "traces": {},
+        "needed_per_pod": NEEDED_PER_POD,
+        "chain_runs": args.chain_runs,
+        "scale_down_window_s": stabilization_s,
+    }
     print()
     print("| trace · scaler | " + " | ".join(FIELDS) + " |")
     print("|---|" + "---:|" * len(FIELDS))
@@ -404,6 +461,13 @@ def main() -> int:
                 entry[f"gpuscale_{metric}"] = {**p.to_json(), "series": pipeline[trace][kind]}
                 print(_row(f"{trace} · gpuscale {metric}", entry[f"gpuscale_{metric}"]))
         print(_row(f"{trace} · usual chain (gpu_util, mean of {args.chain_runs})", entry["chain"]))
+        profile, duration = traces[trace]
+        entry["floor"] = measure(oracle(profile, duration, stabilization_s)).to_json()
+        print(
+            _row(
+                f"{trace} · floor (exact and instant, {stabilization_s} s scale-down window)", entry["floor"]
+            )
+        )
         doc["traces"][trace] = entry
         for label, figures in entry.items():
             bucket = totals.setdefault(label, {"underprovisioned_gpu_s": 0.0, "overprovisioned_gpu_s": 0.0})
