@@ -172,6 +172,9 @@ class MetricValues(_Wire, frozen=True, gc=False):
     requests_waiting: NonNegative | UnsetType = UNSET  # requests queued, not yet running
     requests_running: NonNegative | UnsetType = UNSET  # requests in the running batch
     kv_cache_usage: Percent | UnsetType = UNSET  # % of the KV cache in use
+    # Flows from the engine's counters (requests/s): what arrives, and what it finishes.
+    request_arrival_rate: NonNegative | UnsetType = UNSET
+    request_completion_rate: NonNegative | UnsetType = UNSET
 
     @classmethod
     def of(cls, values: Mapping[str, float]) -> MetricValues:
@@ -232,6 +235,11 @@ class EngineSignals(_Wire, frozen=True, gc=False):
     requests_waiting: NonNegative | None = None
     requests_running: NonNegative | None = None
     kv_cache_usage: Percent | None = None  # %, the mean over the pod's engines
+    # Requests/s over the collector's last two scrapes of the pod: finished (the
+    # rate of the engines' finished-request counters) and arrived (finished plus
+    # the growth of waiting + running). None until two scrapes, and after a reset.
+    request_arrival_rate: NonNegative | None = None
+    request_completion_rate: NonNegative | None = None
 
 
 class GpuOwner(_Wire, frozen=True, gc=False):

@@ -83,7 +83,21 @@ def one_pod_batch(
 
 
 def engine(
-    waiting: float | None = None, running: float | None = None, kv: float | None = None, name: str = "vllm"
+    waiting: float | None = None,
+    running: float | None = None,
+    kv: float | None = None,
+    name: str = "vllm",
+    *,
+    arrival: float | None = None,
+    completion: float | None = None,
 ) -> dict[str, Any]:
-    """An owner's ``engine`` field: its pod's inference-server gauges (issue 14)."""
-    return {"name": name, "requests_waiting": waiting, "requests_running": running, "kv_cache_usage": kv}
+    """An owner's ``engine`` field: its pod's inference-server gauges and flows (issue 14)."""
+    signals: dict[str, Any] = {
+        "name": name,
+        "requests_waiting": waiting,
+        "requests_running": running,
+        "kv_cache_usage": kv,
+    }
+    if arrival is not None or completion is not None:
+        signals |= {"request_arrival_rate": arrival, "request_completion_rate": completion}
+    return signals

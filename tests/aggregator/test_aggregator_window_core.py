@@ -403,6 +403,45 @@ def test_late_engine_samples_land_in_their_bucket() -> None:
     assert decode(encode(m), WorkloadMetrics, NOW + 2) == m  # within the contract
 
 
+def test_engine_flows_average_per_pod_and_workload_beside_the_gauges() -> None:
+    """Arrival and completion rates (requests/s) ride in the engine ring: per-pod
+    means over the window, the workload's mean over fresh pods, recent means too;
+    a late sample lands in its bucket, and a scrape without flows dilutes nothing."""
+    agg = Aggregator(WindowConfig(window_s=W))
+    flows = {NOW: (16.0, 8.0), NOW + 1: (None, None), NOW + 2: (12.0, 8.0)}
+    for seq, (t, (arrival, completion)) in enumerate(flows.items()):
+        b = batch(
+            gpu(
+                0, owner("q-1", "llm", engine=engine(5.0, 16.0, 90.0, arrival=arrival, completion=completion))
+            ),
+            gpu(
+                1, owner("q-2", "llm", engine=engine(0.0, 4.0, 20.0, arrival=2.0, completion=2.0)), node="n-b"
+            ),
+            ts=t,
+            seq=seq,
+        )
+        agg.ingest(encode_raw(b), t)
+    late = batch(
+        gpu(0, owner("q-1", "llm", engine=engine(5.0, 16.0, 90.0, arrival=20.0, completion=8.0))),
+        ts=NOW + 1,
+        seq=9,
+    )
+    agg.store.add_batch(agg.reader.decode(encode_raw(late), NOW + 2), NOW + 1)
+    agg.store.request(("default", "Deployment", "llm"), W, 1.0, NOW, 60.0)
+    (m,) = agg.snapshot(NOW + 2)
+    pods = {p.pod: p for p in m.pods}
+    recent = pods["q-1"].recent
+    assert recent is not None
+    assert recent["request_arrival_rate"] == pytest.approx(12.0)  # the last second: the newest bucket
+    assert pods["q-1"].values["request_arrival_rate"] == pytest.approx(16.0)  # (16 + 20 + 12) / 3
+    assert pods["q-1"].values["request_completion_rate"] == pytest.approx(8.0)
+    assert pods["q-2"].values["request_arrival_rate"] == pytest.approx(2.0)
+    assert m.averages["request_arrival_rate"] == pytest.approx(9.0)
+    assert m.averages["request_completion_rate"] == pytest.approx(5.0)
+    assert m.averages["requests_running"] == pytest.approx(10.0)
+    assert decode(encode(m), WorkloadMetrics, NOW + 2) == m  # within the contract
+
+
 def test_a_pod_that_gets_its_engine_later_averages_only_what_it_sent() -> None:
     agg = Aggregator(WindowConfig(window_s=W))
     for seq in range(5):

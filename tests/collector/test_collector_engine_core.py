@@ -42,8 +42,14 @@ def test_vllm_v0_idle_server() -> None:
     r = read(sample("vllm_v0.txt"))
     assert r.engines == ("vllm",)
     # V0 has only the deprecated KV name: read as the fallback, 0-1 fraction → %.
-    assert r.series == ("vllm:gpu_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
+    assert r.series == (
+        "vllm:gpu_cache_usage_perc",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:request_success_total",
+    )
     assert (r.requests_waiting, r.requests_running, r.kv_cache_usage) == (0.0, 0.0, 0.0)
+    assert r.requests_finished == 4.0
     assert r.signals() == EngineSignals("vllm", 0.0, 0.0, 0.0)
 
 
@@ -55,16 +61,26 @@ def test_vllm_v1_design_doc_has_only_running() -> None:
 def test_sglang_loaded_server_kv_fraction_becomes_percent() -> None:
     r = read(sample("sglang.txt"))
     assert r.engines == ("sglang",)
-    assert r.series == ("sglang:num_queue_reqs", "sglang:num_running_reqs", "sglang:token_usage")
+    assert r.series == (
+        "sglang:e2e_request_latency_seconds_count",
+        "sglang:num_queue_reqs",
+        "sglang:num_running_reqs",
+        "sglang:token_usage",
+    )
     assert r.requests_waiting == 2826.0
     assert r.requests_running == 162.0
     assert r.kv_cache_usage == pytest.approx(28.0)
 
 
-def test_triton_pending_requests_are_the_queue_and_counters_are_not_read() -> None:
+def test_triton_pending_requests_are_the_queue_and_only_request_counters_are_read() -> None:
     r = read(sample("triton.txt"))
     assert r.signals() == EngineSignals("triton", requests_waiting=0.0)
-    assert r.series == ("nv_inference_pending_request_count",)
+    # Success and failure counters (for the flows); durations and inference counts are not read.
+    assert r.series == (
+        "nv_inference_pending_request_count",
+        "nv_inference_request_failure_total",
+        "nv_inference_request_success_total",
+    )
 
 
 def test_triton_queue_summary_alone_is_no_engine_gauge() -> None:
@@ -189,9 +205,14 @@ def test_an_exposition_without_engine_gauges() -> None:
 
 def test_select_lines_keeps_only_what_is_read() -> None:
     kept = select_lines(sample("sglang.txt")).splitlines()
-    assert len(kept) == 6  # three families × TYPE, sample
+    assert len(kept) == 8  # three gauges and the e2e-latency histogram's count × TYPE, sample
     assert all(
-        "sglang:num_queue_reqs" in x or "sglang:num_running_reqs" in x or "sglang:token_usage" in x
+        "sglang:num_queue_reqs" in x
+        or "sglang:num_running_reqs" in x
+        or "sglang:token_usage" in x
+        or x.startswith(
+            ("# TYPE sglang:e2e_request_latency_seconds ", "sglang:e2e_request_latency_seconds_count{")
+        )
         for x in kept
     )
 

@@ -1,6 +1,6 @@
 """gpuscale's own rules on top of HPA's calculation (issue 14): a metric pinned
-at its ceiling is judged on its recent means (and sized by the engines' queues
-where the pods report them); a queue waits for the capacity already requested
+at its ceiling is judged on its recent means (and sized by the engines' flows,
+else their queues, where the pods report them); a queue waits for the capacity already requested
 and asks for nothing while it falls. Named scenarios, as HPA's tests; each
 rule says itself in the reason. Without recent means (an aggregator that does
 not send them) every answer is HPA's."""
@@ -51,6 +51,74 @@ CASES = {
         (pod(53, 100, requests_running=16, requests_waiting=16),),
         3,
         "the engines' queues size the step: running 16.0 + waiting 16.0 per pod is 2.0 times what they run",
+    ),
+    "pinned, engines report their flows: 16 requests/s arrive, 8 finish: twice the pod: ceil(1 x 200/70) = 3": Case(
+        # The queue's stock (running 16 + waiting 80: 6 times) would ask ceil(600/70) = 9.
+        UTIL,
+        1,
+        (
+            pod(
+                53,
+                100,
+                requests_running=16,
+                requests_waiting=80,
+                request_arrival_rate=16,
+                request_completion_rate=8,
+            ),
+        ),
+        3,
+        "the engines' flows size the step: 16.0 requests/s arrive per pod and 8.0/s finish, 2.0 times",
+    ),
+    "pinned, flows of a draining backlog (fewer arrive than finish): no more than the ceiling: ceil(100/70) = 2": Case(
+        UTIL,
+        1,
+        (
+            pod(
+                53,
+                100,
+                requests_running=16,
+                requests_waiting=30,
+                request_arrival_rate=5,
+                request_completion_rate=8,
+            ),
+        ),
+        2,
+        "flows size the step",
+    ),
+    "pinned, too few requests finished to measure a rate (0.5/s over 3 s): the queue sizes it: 3": Case(
+        UTIL,
+        1,
+        (
+            pod(
+                53,
+                100,
+                requests_running=16,
+                requests_waiting=16,
+                request_arrival_rate=9,
+                request_completion_rate=0.5,
+            ),
+        ),
+        3,
+        "the engines' queues size the step",
+        "flows",
+    ),
+    "pinned, one pod without flows: the queues size the step for all (1.5 times): ceil(2 x 150/70) = 5": Case(
+        UTIL,
+        2,
+        (
+            pod(
+                53,
+                100,
+                requests_running=16,
+                requests_waiting=8,
+                request_arrival_rate=12,
+                request_completion_rate=8,
+            ),
+            pod(53, 100, requests_running=16, requests_waiting=8),
+        ),
+        5,
+        "the engines' queues size the step",
+        "flows",
     ),
     "pinned, no queue waiting: the ceiling itself: ceil(1 x 100/70) = 2": Case(
         UTIL, 1, (pod(53, 100, requests_running=16, requests_waiting=0),), 2, "pinned at its ceiling"
@@ -140,8 +208,16 @@ def test_the_pinned_step_goes_through_the_rate_policy() -> None:
         ({"requests_running": 1e-300, "requests_waiting": 1.7e308}, 60.0),
         ({"requests_running": 16, "requests_waiting": 1.7e308}, 60.0),
         ({}, 1.7e308),
+        ({"request_arrival_rate": 1.7e308, "request_completion_rate": 1.0}, 60.0),
+        ({"request_arrival_rate": 1.7e308, "request_completion_rate": 1.7e308}, 60.0),
     ],
-    ids=["running-near-zero", "waiting-at-the-largest-double", "window-at-the-largest-double"],
+    ids=[
+        "running-near-zero",
+        "waiting-at-the-largest-double",
+        "window-at-the-largest-double",
+        "arrivals-at-the-largest-double",
+        "both-flows-at-the-largest-double",
+    ],
 )
 def test_wild_but_valid_gauges_neither_crash_nor_pass_max_replicas(
     engine: dict[str, float], window: float

@@ -12,7 +12,9 @@ after ``prometheus_client``'s text parser has read the lines it needs.
 Every outcome is counted (``gpuscale_collector_engine_scrapes_total{outcome}``);
 each pod's failure reason is logged once (and its recovery), and what was
 found on each pod (engines, series) is logged when it changes and exported as
-``gpuscale_collector_engine_info``. State is kept only for current targets.
+``gpuscale_collector_engine_info``. Each pod's last successful reading is kept
+(across failures) so that the next one can tell the request flows since
+(:func:`core.engines.flows`). State is kept only for current targets.
 """
 
 from __future__ import annotations
@@ -95,8 +97,9 @@ class EngineMetrics:
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    at: float  # monotonic
+    at: float  # monotonic: when the answer came
     reading: core.EngineReading
+    flows: core.Flows  # since the pod's previous successful scrape
 
 
 class EngineInfo(Collector):
@@ -138,7 +141,8 @@ class EngineScraper:
         self._sem = asyncio.Semaphore(concurrency)
         self._concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
-        self._latest: dict[PodKey, Reading] = {}
+        self._latest: dict[PodKey, Reading] = {}  # published: dropped when a scrape fails
+        self._last_ok: dict[PodKey, Reading] = {}  # what the next flows are counted from
         self._health: dict[PodKey, core.Health] = {}
         self._in_flight: dict[PodKey, asyncio.Task[None]] = {}
         self._logged: dict[PodKey, set[str]] = {}
@@ -153,7 +157,7 @@ class EngineScraper:
         out: dict[PodKey, EngineSignals] = {}
         for key, r in self._latest.items():
             if now - r.at <= self.max_age_s:
-                signals = r.reading.signals()
+                signals = r.reading.signals(r.flows)
                 if signals is not None:
                     out[key] = signals
         return out
@@ -213,7 +217,13 @@ class EngineScraper:
             task.add_done_callback(lambda _t, k=key: self._in_flight.pop(k, None))  # type: ignore[misc]  # default binds the key
 
     def _forget(self, keep: set[PodKey]) -> None:
-        tables: tuple[dict[PodKey, Any], ...] = (self._latest, self._health, self._logged, self._what)
+        tables: tuple[dict[PodKey, Any], ...] = (
+            self._latest,
+            self._last_ok,
+            self._health,
+            self._logged,
+            self._what,
+        )
         for table in tables:
             for key in [k for k in table if k not in keep]:
                 del table[key]
@@ -224,36 +234,45 @@ class EngineScraper:
         async with self._sem:
             loop = asyncio.get_running_loop()
             started = loop.time()
-            outcome, detail, reading = await self._fetch_and_read(target.url)
+            outcome, detail, reading, answered = await self._fetch_and_read(target.url)
             finished = loop.time()
         self.metrics.seconds.observe(finished - started)
         self.metrics.scrapes.labels(outcome=outcome).inc()
         if reading is not None and reading.found:
-            self._succeeded(key, target, reading, finished)
+            self._succeeded(key, target, reading, answered)
         else:
             self._failed(key, target, outcome, detail, finished)
 
-    async def _fetch_and_read(self, url: str) -> tuple[str, str, core.EngineReading | None]:
+    async def _fetch_and_read(self, url: str) -> tuple[str, str, core.EngineReading | None, float]:
+        """Outcome, detail, reading, and when the answer came (monotonic: the
+        counters' values are of that moment, not of when they were parsed)."""
+        loop = asyncio.get_running_loop()
         try:
             body = await asyncio.wait_for(self._fetch(url), self.timeout_s)
         except TimeoutError:
-            return "timeout", f"no answer within {self.timeout_s:g} s", None
+            return "timeout", f"no answer within {self.timeout_s:g} s", None, loop.time()
         except _HttpStatus as e:
-            return "http_error", str(e), None
+            return "http_error", str(e), None, loop.time()
         except _TooLarge:
-            return "too_large", f"more than {MAX_BODY_BYTES} bytes", None
+            return "too_large", f"more than {MAX_BODY_BYTES} bytes", None, loop.time()
         except (aiohttp.ClientConnectionError, OSError) as e:
-            return "connect_error", f"{type(e).__name__}: {e}", None
+            return "connect_error", f"{type(e).__name__}: {e}", None, loop.time()
         except aiohttp.ClientError as e:
-            return "http_error", f"{type(e).__name__}: {e}", None
+            return "http_error", f"{type(e).__name__}: {e}", None, loop.time()
+        answered = loop.time()
         try:
             text = body.decode("utf-8", errors="replace")
             reading = core.recognise(text_string_to_metric_families(core.select_lines(text)))
         except (ValueError, TypeError, IndexError, KeyError) as e:
-            return "parse_error", f"{type(e).__name__}: {e}", None
+            return "parse_error", f"{type(e).__name__}: {e}", None, answered
         if not reading.found:
-            return "no_engine_metrics", "answered, with none of the engine gauges gpuscale reads", reading
-        return "ok", "", reading
+            return (
+                "no_engine_metrics",
+                "answered, with none of the engine series gpuscale reads",
+                reading,
+                answered,
+            )
+        return "ok", "", reading, answered
 
     async def _fetch(self, url: str) -> bytes:
         session = self._session
@@ -282,7 +301,9 @@ class EngineScraper:
     def _succeeded(
         self, key: PodKey, target: core.ScrapeTarget, reading: core.EngineReading, at: float
     ) -> None:
-        self._latest[key] = Reading(at, reading)
+        last = self._last_ok.get(key)
+        flows = core.flows(last.reading, last.at, reading, at) if last is not None else core.Flows()
+        self._latest[key] = self._last_ok[key] = Reading(at, reading, flows)
         was = self._health.pop(key, None)
         if was is not None and was.failures >= core.FAILURES_BEFORE_BACKOFF:
             self._log.info(

@@ -13,8 +13,8 @@ What one batch adds, per (GPU, owner) of a healthy GPU, to the owner's pod:
 - ``power_w``: the GPU's ``power_w`` (power cannot be split per process).
 
 and, where the owner carries its pod's inference-engine gauges (``engine``,
-issue 14): ``requests_waiting``, ``requests_running`` and ``kv_cache_usage``
-(a per-pod value, the same on each of the pod's GPU entries, so the mean over
+issue 14): ``requests_waiting``, ``requests_running``, ``kv_cache_usage``,
+``request_arrival_rate`` and ``request_completion_rate`` (a per-pod value, the same on each of the pod's GPU entries, so the mean over
 them is that value).
 
 GPUs whose ``health`` is not ``ok`` contribute nothing (not even
@@ -68,8 +68,8 @@ left the window.
 
 The engine metrics live beside it in the same shape, only for pods that ever
 sent one (most GPU workloads have no inference engine, and memory is the
-budget): such a pod gets an engine number, and a second ring of 15-byte
-records (three float32 sums, three byte counts) whose buckets are the pod's
+budget): such a pod gets an engine number, and a second ring of 25-byte
+records (five float32 sums, five byte counts) whose buckets are the pod's
 buckets (the same slot, time and lifetime), and engine totals that are folded
 and evicted with the GPU record's.
 """
@@ -108,7 +108,13 @@ WINDOW_METRICS: Final = (
     "power_w",
 )
 # The inference engine's gauges (issue 14), in a ring of their own for the pods that have them.
-ENGINE_METRICS: Final = ("requests_waiting", "requests_running", "kv_cache_usage")
+ENGINE_METRICS: Final = (
+    "requests_waiting",
+    "requests_running",
+    "kv_cache_usage",
+    "request_arrival_rate",
+    "request_completion_rate",
+)
 if METRIC_NAMES[: len(WINDOW_METRICS) + len(ENGINE_METRICS)] != WINDOW_METRICS + ENGINE_METRICS:
     raise ImportError(
         f"gpuscale.wire's metrics begin {METRIC_NAMES}; the window computes {WINDOW_METRICS + ENGINE_METRICS}"
@@ -126,7 +132,8 @@ _HUGE: Final = 1e30
 _EMPTY: Final = 0.0  # a bucket's newest sample time when it holds nothing
 _TOTALS: Final = 2 * N_METRICS  # per pod: sums then counts over the ring
 N_ENGINE: Final = len(ENGINE_METRICS)
-# One bucket of one engine pod: waiting, running, KV-cache sums (float32), their counts.
+_KV: Final = ENGINE_METRICS.index("kv_cache_usage")  # the one engine metric that is a %
+# One bucket of one engine pod: each engine metric's sum (float32), then their counts.
 _ENGINE_RECORD: Final = struct.Struct(f"<{N_ENGINE}f{N_ENGINE}B")
 _EMPTY_ENGINE: Final = (0.0,) * N_ENGINE + (0,) * N_ENGINE
 _ENGINE_TOTALS: Final = 2 * N_ENGINE
@@ -499,16 +506,12 @@ class WindowStore:
     def _engine_open(self, eslot: int, engine: Any) -> None:
         """A new bucket's engine record: the owner's values, or nothing yet."""
         if engine:
-            w, r, k = _engine_values(engine)
+            values = _engine_values(engine)
             _ENGINE_RECORD.pack_into(
                 self._engine_ring,
                 eslot * _ENGINE_RECORD.size,
-                w or 0.0,
-                r or 0.0,
-                k or 0.0,
-                w is not None,
-                r is not None,
-                k is not None,
+                *(v or 0.0 for v in values),
+                *(v is not None for v in values),
             )
         else:
             _ENGINE_RECORD.pack_into(self._engine_ring, eslot * _ENGINE_RECORD.size, *_EMPTY_ENGINE)
@@ -517,19 +520,9 @@ class WindowStore:
         """More values for the open bucket (the pod's other GPU entries carry the same)."""
         off = eslot * _ENGINE_RECORD.size
         old = _ENGINE_RECORD.unpack_from(self._engine_ring, off)
-        if max(old[3], old[4], old[5]) >= _COUNT_MAX:
+        if max(old[N_ENGINE:]) >= _COUNT_MAX:
             return
-        w, r, k = _engine_values(engine)
-        _ENGINE_RECORD.pack_into(
-            self._engine_ring,
-            off,
-            old[0] + (w or 0.0),
-            old[1] + (r or 0.0),
-            old[2] + (k or 0.0),
-            old[3] + (w is not None),
-            old[4] + (r is not None),
-            old[5] + (k is not None),
-        )
+        _ENGINE_RECORD.pack_into(self._engine_ring, off, *_engine_added(old, _engine_values(engine)))
 
     def _engine_fold(self, eid: int, position: int) -> None:
         """The closing bucket's engine record joins the engine totals."""
@@ -614,18 +607,10 @@ class WindowStore:
         """A late sample's engine values into its closed bucket, and so into the totals."""
         off = (eid * self.slots + position) * _ENGINE_RECORD.size
         old = _ENGINE_RECORD.unpack_from(self._engine_ring, off) if occupied else _EMPTY_ENGINE
-        w, r, k = _engine_values(engine) if engine else (None, None, None)
-        if max(old[3], old[4], old[5]) >= _COUNT_MAX:
+        if max(old[N_ENGINE:]) >= _COUNT_MAX:
             return
-        new = (
-            old[0] + (w or 0.0),
-            old[1] + (r or 0.0),
-            old[2] + (k or 0.0),
-            old[3] + (w is not None),
-            old[4] + (r is not None),
-            old[5] + (k is not None),
-        )
-        _ENGINE_RECORD.pack_into(self._engine_ring, off, *new)
+        values = _engine_values(engine) if engine else _NO_ENGINE_VALUES
+        _ENGINE_RECORD.pack_into(self._engine_ring, off, *_engine_added(old, values))
         stored = _ENGINE_RECORD.unpack_from(self._engine_ring, off)
         t = eid * _ENGINE_TOTALS
         for i in range(_ENGINE_TOTALS):
@@ -750,8 +735,9 @@ class WindowStore:
         fresh = stale = 0
         a0 = a1 = a2 = a3 = a4 = a5 = 0.0  # sums of fresh pods' means, and how many
         n0 = n1 = n2 = n3 = n4 = n5 = 0
-        a6 = a7 = a8 = 0.0  # the same for the engine metrics
-        n6 = n7 = n8 = 0
+        engine_sums = [0.0] * N_ENGINE  # the same for the engine metrics
+        engine_counts = [0] * N_ENGINE
+        no_engine = (unset,) * N_ENGINE
         engine_ids = self._engine
         for pod in sorted(members):
             pid = members[pod]
@@ -766,14 +752,10 @@ class WindowStore:
             v3: Any = (0.0 if s3 <= 0.0 else 100.0 if s3 >= 100.0 * c3 else s3 / c3) if c3 > 0.5 else unset
             v4: Any = (0.0 if s4 <= 0.0 else s4 / c4) if c4 > 0.5 else unset
             v5: Any = (0.0 if s5 <= 0.0 else s5 / c5) if c5 > 0.5 else unset
-            v6: Any = unset
-            v7: Any = unset
-            v8: Any = unset
             eid = engine_ids[pid]
-            if eid != _NO_ENGINE:
-                v6, v7, v8 = self._engine_means(eid, opened[pid] % slots)
+            engine_means = no_engine if eid == _NO_ENGINE else self._engine_means(eid, opened[pid] % slots)
             seen = last_seen[pid]
-            values = MetricValues(v0, v1, v2, v3, v4, v5, v6, v7, v8)
+            values = MetricValues(v0, v1, v2, v3, v4, v5, *engine_means)
             if recent_s is None:
                 pods_out.append(PodMetrics(pod, values, seen))
             else:
@@ -801,15 +783,10 @@ class WindowStore:
                 a5 += v5
                 n5 += 1
             if eid != _NO_ENGINE:
-                if v6 is not unset:
-                    a6 += v6
-                    n6 += 1
-                if v7 is not unset:
-                    a7 += v7
-                    n7 += 1
-                if v8 is not unset:
-                    a8 += v8
-                    n8 += 1
+                for i, v in enumerate(engine_means):
+                    if v is not unset:
+                        engine_sums[i] += v
+                        engine_counts[i] += 1
         averages = MetricValues(
             min(a0 / n0, 100.0) if n0 else unset,
             min(a1 / n1, 100.0) if n1 else unset,
@@ -817,9 +794,10 @@ class WindowStore:
             min(a3 / n3, 100.0) if n3 else unset,
             a4 / n4 if n4 else unset,
             a5 / n5 if n5 else unset,
-            a6 / n6 if n6 else unset,
-            a7 / n7 if n7 else unset,
-            min(a8 / n8, 100.0) if n8 else unset,
+            *(
+                (min(total / n, 100.0) if i == _KV else total / n) if n else unset
+                for i, (total, n) in enumerate(zip(engine_sums, engine_counts, strict=True))
+            ),
         )
         return WorkloadMetrics(
             namespace=workload[0],
@@ -879,19 +857,24 @@ class WindowStore:
                 means[name] = min(value, 100.0) if name == "kv_cache_usage" else value
         return MetricValues.of(means) if means else NO_METRICS
 
-    def _engine_means(self, eid: int, position: int) -> tuple[Any, Any, Any]:
+    def _engine_means(self, eid: int, position: int) -> tuple[Any, ...]:
         """An engine pod's window means (closed buckets' totals plus the open
         bucket's record), UNSET where it sent none; pinned to the contract's ranges."""
         t = eid * _ENGINE_TOTALS
         v = _ENGINE_RECORD.unpack_from(self._engine_ring, (eid * self.slots + position) * _ENGINE_RECORD.size)
         totals = self._engine_totals
-        sw, sr, sk = totals[t] + v[0], totals[t + 1] + v[1], totals[t + 2] + v[2]
-        cw, cr, ck = totals[t + 3] + v[3], totals[t + 4] + v[4], totals[t + 5] + v[5]
-        return (
-            (0.0 if sw <= 0.0 else sw / cw) if cw > 0.5 else UNSET,
-            (0.0 if sr <= 0.0 else sr / cr) if cr > 0.5 else UNSET,
-            (0.0 if sk <= 0.0 else 100.0 if sk >= 100.0 * ck else sk / ck) if ck > 0.5 else UNSET,
-        )
+        means: list[Any] = []
+        for i in range(N_ENGINE):
+            total, count = totals[t + i] + v[i], totals[t + N_ENGINE + i] + v[N_ENGINE + i]
+            if count <= 0.5:
+                means.append(UNSET)
+            elif total <= 0.0:
+                means.append(0.0)
+            elif i == _KV and total >= 100.0 * count:
+                means.append(100.0)
+            else:
+                means.append(total / count)
+        return tuple(means)
 
     # --- sizes for /metrics ---------------------------------------------------
 
@@ -915,11 +898,25 @@ class WindowStore:
         )
 
 
-def _engine_values(engine: EngineSignals) -> tuple[float | None, float | None, float | None]:
-    """An owner's engine gauges, large counts pinned so that a float32 sum of 255 stays finite."""
-    w, r = engine.requests_waiting, engine.requests_running
-    if w is not None and w > _HUGE:
-        w = _HUGE
-    if r is not None and r > _HUGE:
-        r = _HUGE
-    return w, r, engine.kv_cache_usage
+_NO_ENGINE_VALUES: Final[tuple[float | None, ...]] = (None,) * N_ENGINE
+
+
+def _engine_values(engine: EngineSignals) -> tuple[float | None, ...]:
+    """An owner's engine values in ENGINE_METRICS' order, large counts and rates
+    pinned so that a float32 sum of 255 stays finite."""
+    values = (
+        engine.requests_waiting,
+        engine.requests_running,
+        engine.kv_cache_usage,
+        engine.request_arrival_rate,
+        engine.request_completion_rate,
+    )
+    return tuple(None if v is None else min(v, _HUGE) for v in values)
+
+
+def _engine_added(old: tuple[Any, ...], values: tuple[float | None, ...]) -> tuple[float, ...]:
+    """An engine record with one owner's values added: sums, then counts."""
+    return (
+        *(s + (v or 0.0) for s, v in zip(old[:N_ENGINE], values, strict=True)),
+        *(c + (v is not None) for c, v in zip(old[N_ENGINE:], values, strict=True)),
+    )

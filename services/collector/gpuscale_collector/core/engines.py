@@ -1,5 +1,6 @@
-"""Inference-engine gauges from a pod's metrics endpoint: where to scrape,
-which engine answered, which series it has, and what they add up to. Pure.
+"""Inference-engine gauges and finished-request counters from a pod's metrics
+endpoint: where to scrape, which engine answered, which series it has, what
+they add up to, and the request flows between two scrapes. Pure.
 
 The shell fetches the text and hands it to ``prometheus_client``'s parser
 (this module does not import it: a core does no I/O and imports no I/O
@@ -11,21 +12,30 @@ collector's whole CPU budget. The kept lines are parsed, never picked apart
 here.
 
 What is read (the names as the engines' own sources and docs spell them;
-samples in /work/shared/engine_metrics and tests/collector/engine_samples):
+samples in /work/shared/engine_metrics and tests/fixtures/engine_metrics):
 
-| engine | requests_waiting | requests_running | kv_cache_usage (0-1 fraction → %) |
-|---|---|---|---|
-| vLLM (V1 and V0) | ``vllm:num_requests_waiting`` | ``vllm:num_requests_running`` | ``vllm:kv_cache_usage_perc``, else the deprecated ``vllm:gpu_cache_usage_perc`` |
-| SGLang | ``sglang:num_queue_reqs`` | ``sglang:num_running_reqs`` | ``sglang:token_usage`` |
-| TGI | ``tgi_queue_size`` | ``tgi_batch_current_size`` | (none: TGI exposes no KV gauge) |
-| Triton | ``nv_inference_pending_request_count`` | | |
-| Triton + TensorRT-LLM | ``nv_trt_llm_request_metrics{request_type="waiting"}`` | ``…{request_type="active"}`` | ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`` |
+| engine | requests_waiting | requests_running | kv_cache_usage (0-1 fraction → %) | requests_finished (counters) |
+|---|---|---|---|---|
+| vLLM (V1 and V0) | ``vllm:num_requests_waiting`` | ``vllm:num_requests_running`` | ``vllm:kv_cache_usage_perc``, else the deprecated ``vllm:gpu_cache_usage_perc`` | ``vllm:request_success_total`` (every ``finished_reason``: stop, length, abort) |
+| SGLang | ``sglang:num_queue_reqs`` | ``sglang:num_running_reqs`` | ``sglang:token_usage`` | ``sglang:e2e_request_latency_seconds_count`` (one observation per finished request) |
+| TGI | ``tgi_queue_size`` | ``tgi_batch_current_size`` | (none: TGI exposes no KV gauge) | ``tgi_request_success`` + ``tgi_request_failure`` |
+| Triton | ``nv_inference_pending_request_count`` | | | ``nv_inference_request_success`` + ``nv_inference_request_failure`` |
+| Triton + TensorRT-LLM | ``nv_trt_llm_request_metrics{request_type="waiting"}`` | ``…{request_type="active"}`` | ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`` | (Triton's) |
 
 Queue and running counts are summed over every series of the family (one
 per vLLM engine under data parallelism, one per Triton model, and over the
 engines of a pod that runs several); KV-cache usage is the mean over the
-engines' series (each engine has its own pool). Counters are not read
-(Triton's queue time is cumulative: demand would be its rate, not its value).
+engines' series (each engine has its own pool).
+
+The gauges say how much work is in the pod now, not how much is coming: a
+pod that keeps up holds a short queue at any load. Demand is a flow, so the
+counters of finished requests are read too (summed like the queues; a Triton
+ensemble counts a request once in each model it passes through), and
+:func:`flows` turns two scrapes of a pod into requests/s: finished (the
+counters' rate) and arrived (finished plus the growth of waiting + running).
+Only the ``_count`` line of SGLang's histogram is kept for the parser, not
+its buckets. The parser names a counter's family without ``_total`` and its
+samples with it, whichever way the engine wrote them; both spellings are read.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final, Protocol
+from typing import Final, Literal, NamedTuple, Protocol
 
 from gpuscale.wire import EngineSignals
 
@@ -140,18 +150,56 @@ SERIES: Final[Mapping[str, tuple[Series, ...]]] = {
         Series("triton", Signal.KV, fraction=True, label=("kv_cache_block_type", "fraction")),
     ),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedCounter:
+    """A family that counts finished requests: a counter, or a histogram whose
+    ``_count`` gains one per finished request."""
+
+    engine: str
+    family: str  # as the parser names it from its TYPE line (a counter's without ``_total``)
+    kind: Literal["counter", "histogram"] = "counter"
+
+    @property
+    def sample(self) -> str:
+        """The samples summed, as the parser names them."""
+        return self.family + ("_total" if self.kind == "counter" else "_count")
+
+
+FINISHED: Final = (
+    FinishedCounter("vllm", "vllm:request_success"),  # every finished_reason: stop, length, abort
+    FinishedCounter("sglang", "sglang:e2e_request_latency_seconds", kind="histogram"),
+    FinishedCounter("tgi", "tgi_request_success"),
+    FinishedCounter("tgi", "tgi_request_failure"),
+    FinishedCounter("triton", "nv_inference_request_success"),
+    FinishedCounter("triton", "nv_inference_request_failure"),
+)
+# Without a TYPE line the parser names the family after its samples as written
+# (``vllm:request_success_total``, TGI's bare ``tgi_request_success``).
+_FINISHED_BY_FAMILY: Final[Mapping[str, FinishedCounter]] = {
+    name: spec for spec in FINISHED for name in (spec.family, spec.sample)
+}
 # A fraction a little above 1 is rounding in the engine (e.g. 1.0000001); more is not a fraction.
 _FRACTION_SLACK: Final = 1e-6
 # Lines the shell hands to the parser: the samples of these families and their
-# TYPE lines (a sample line starts with its family's name: gauges have no suffix).
-_LINE_PREFIXES: Final = tuple(SERIES) + tuple(f"# TYPE {name}" for name in SERIES)
+# TYPE lines (a sample line starts with its family's name: gauges have no suffix,
+# counters ``_total`` or none). Of a histogram only ``_count``: its buckets are
+# most of the page.
+_LINE_PREFIXES: Final = (
+    tuple(SERIES)
+    + tuple(f"# TYPE {name}" for name in SERIES)
+    + tuple(spec.family if spec.kind == "counter" else spec.sample for spec in FINISHED)
+    + tuple(f"# TYPE {spec.family}" for spec in FINISHED)
+)
 
 
 def select_lines(text: str) -> str:
     """The lines of ``text`` that belong to the families read here (and their
     TYPE lines), for the parser. Others may share a prefix
     (``vllm:num_requests_waiting_by_priority``): they parse as families of
-    their own names, which :func:`recognise` does not read."""
+    their own names, which :func:`recognise` does not read. A histogram
+    family with only its ``_count`` parses as that histogram."""
     return "\n".join(line for line in text.splitlines() if line.startswith(_LINE_PREFIXES))
 
 
@@ -177,6 +225,17 @@ class FamilyLike(Protocol):
     def samples(self) -> Sequence[SampleLike]: ...
 
 
+# One counter series: its sample name and labels (sorted).
+CounterKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+class Flows(NamedTuple):
+    """Requests/s between two scrapes of a pod; None where they cannot be told."""
+
+    arrival: float | None = None
+    completion: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class EngineReading:
     """What one scrape of one pod said."""
@@ -186,13 +245,17 @@ class EngineReading:
     requests_waiting: float | None = None
     requests_running: float | None = None
     kv_cache_usage: float | None = None  # %
+    requests_finished: float | None = None  # the finished-request counters, summed
+    # Each counter series on its own: a reset of one can hide in the sum.
+    finished_series: tuple[tuple[CounterKey, float], ...] = ()
     problems: tuple[str, ...] = ()  # series left out, and why (for the log)
 
     @property
     def found(self) -> bool:
         return bool(self.engines)
 
-    def signals(self) -> EngineSignals | None:
+    def signals(self, rates: Flows | None = None) -> EngineSignals | None:
+        """The wire form; ``rates`` from :func:`flows` against the pod's previous scrape."""
         if not self.engines:
             return None
         return EngineSignals(
@@ -200,15 +263,55 @@ class EngineReading:
             requests_waiting=self.requests_waiting,
             requests_running=self.requests_running,
             kv_cache_usage=self.kv_cache_usage,
+            request_arrival_rate=rates.arrival if rates is not None else None,
+            request_completion_rate=rates.completion if rates is not None else None,
         )
 
 
+def flows(previous: EngineReading, previous_at: float, current: EngineReading, current_at: float) -> Flows:
+    """Requests/s that finished and that arrived between two successful scrapes
+    of one pod (``*_at`` in seconds on one clock).
+
+    Completion is the rate of the finished-request counters; arrival is
+    completion plus the growth of waiting + running (what came in either
+    finished or is still in the pod), never below 0, and only when both scrapes
+    have both gauges. Nothing when either scrape lacks the counters, time did
+    not move forward, the engines changed (the sums are not of the same
+    counters), or a counter series went down or went away (a restart: the next
+    round counts from the new values)."""
+    elapsed = current_at - previous_at
+    before, after = previous.requests_finished, current.requests_finished
+    if before is None or after is None or elapsed <= 0.0 or previous.engines != current.engines:
+        return Flows()
+    now = dict(current.finished_series)
+    for key, value in previous.finished_series:
+        if now.get(key, -1.0) < value:
+            return Flows()
+    completion = max(0.0, after - before) / elapsed
+    held_before = _in_pod(previous)
+    held_after = _in_pod(current)
+    if held_before is None or held_after is None:
+        return Flows(None, completion)
+    return Flows(max(0.0, completion + (held_after - held_before) / elapsed), completion)
+
+
+def _in_pod(reading: EngineReading) -> float | None:
+    """Requests waiting or running, when the engine says both."""
+    if reading.requests_waiting is None or reading.requests_running is None:
+        return None
+    return reading.requests_waiting + reading.requests_running
+
+
 def recognise(families: Iterable[FamilyLike]) -> EngineReading:
-    """The engine gauges among parsed families, summed (queues) or averaged (KV)."""
+    """The engine gauges among parsed families, summed (queues) or averaged (KV),
+    and the finished-request counters, summed."""
     by_name: dict[str, list[FamilyLike]] = {}
+    counters: list[tuple[FinishedCounter, FamilyLike]] = []
     for family in families:
         if family.name in SERIES:
             by_name.setdefault(family.name, []).append(family)
+        elif family.name in _FINISHED_BY_FAMILY:
+            counters.append((_FINISHED_BY_FAMILY[family.name], family))
     sums: dict[Signal, float] = {}
     kv: list[float] = []
     engines: set[str] = set()
@@ -227,14 +330,53 @@ def recognise(families: Iterable[FamilyLike]) -> EngineReading:
                 kv.extend(values)
             else:
                 sums[spec.signal] = sums.get(spec.signal, 0.0) + math.fsum(values)
+    finished = _finished(counters, engines, used, problems)
     return EngineReading(
         engines=tuple(sorted(engines)),
         series=tuple(sorted(used)),
         requests_waiting=sums.get(Signal.WAITING),
         requests_running=sums.get(Signal.RUNNING),
         kv_cache_usage=min(100.0, math.fsum(kv) / len(kv)) if kv else None,
+        requests_finished=math.fsum(finished.values()) if finished is not None else None,
+        finished_series=tuple(sorted(finished.items())) if finished is not None else (),
         problems=tuple(problems),
     )
+
+
+def _finished(
+    counters: list[tuple[FinishedCounter, FamilyLike]],
+    engines: set[str],
+    used: set[str],
+    problems: list[str],
+) -> dict[CounterKey, float] | None:
+    """Each finished-request counter series' value; None when there are none, or
+    when one is unusable (the sum without it would look like a reset, or a
+    burst when it comes back)."""
+    values: dict[CounterKey, float] = {}
+    read: set[FinishedCounter] = set()
+    unusable = False
+    for spec, family in counters:
+        if family.type not in (spec.kind, "untyped", "unknown"):
+            problems.append(f"{family.name} is a {family.type}, not a {spec.kind}")
+            continue
+        # A counter without a TYPE line keeps the name it was written with.
+        names = (spec.sample, spec.family) if spec.kind == "counter" else (spec.sample,)
+        for sample in family.samples:
+            if sample.name not in names:
+                continue
+            value = float(sample.value)
+            if not math.isfinite(value) or value < 0.0:
+                problems.append(f"{sample.name}={value} is not a count of requests")
+                unusable = True
+                continue
+            key = (spec.sample, tuple(sorted(sample.labels.items())))
+            values[key] = values.get(key, 0.0) + value
+            read.add(spec)
+    if not values or unusable:
+        return None
+    engines.update(spec.engine for spec in read)
+    used.update(spec.sample for spec in read)
+    return values
 
 
 def _values(name: str, spec: Series, families: list[FamilyLike], problems: list[str]) -> list[float]:

@@ -9,9 +9,13 @@ the most the ratio can ask, and a 30 s mean that still holds the readings from
 before the load rose asks for less. In the spirit of Knative's panic window,
 when every counted pod's recent means (the last tenth of the window, at least
 3 s) sit at the ceiling, the step is taken on those means, not the window's,
-and where the pods' inference engines report their queue, the queue sizes it:
-a pod running R requests with W more waiting carries ``(R + W) / R`` times
-what it can run, so its demand is ``ceiling × (R + W) / R``. Only upward, and
+and where the pods' inference engines say more, they size it. Best, the
+flows: a pinned pod finishes requests as fast as it can (C a second), so
+requests arriving at A a second are ``A / C`` times what it serves, and its
+demand is ``ceiling × A / C``: the new load itself, however long it has been
+queueing. Else the queue: a pod running R requests with W more waiting
+carries ``(R + W) / R`` times what it can run (a stock: it says how long the
+shortfall has lasted as much as how large it is). Only upward, and
 still through HPA's rules for missing and Pending pods (a starting pod counts
 as 0, so a step already requested is not asked again while it starts), then
 stabilization, the rate policies and ``maxReplicas``.
@@ -54,6 +58,9 @@ PINNED_SHARE: Final = 0.95
 # The most a queue may multiply a pinned pod's demand by (the rate policies and
 # maxReplicas bound the step anyway; this keeps a wild gauge's arithmetic finite).
 MAX_QUEUE_FACTOR: Final = 100.0
+# Sizing by flows needs this many requests finished per pod over the recent span:
+# fewer are too few to measure a rate by (a scrape counts whole requests).
+MIN_FINISHED: Final = 3.0
 # Queues: stocks that grow for as long as capacity is short.
 QUEUES: Final = frozenset({"requests_waiting"})
 # A queue is falling when its recent mean is this much below its window's (a drain
@@ -138,16 +145,9 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
             f"{name} pinned at its ceiling on every serving pod ({level} over the last {span}) while "
             f"{count_pods(groups.unready + groups.missing)} start: no scale-down",
         )
-    demand = {pod: recent[pod] for pod in counted}
-    running = signals.recent.get("requests_running", {})
-    waiting = signals.recent.get("requests_waiting", {})
-    # A pod running less than one request is not at its concurrency limit: no sizing by it.
-    sized_by_queue = all(running.get(pod, 0.0) >= 1.0 and pod in waiting for pod in counted)
-    if sized_by_queue:
-        demand = {
-            pod: ceiling * min(MAX_QUEUE_FACTOR, (running[pod] + waiting[pod]) / running[pod])
-            for pod in counted
-        }
+    factors, sized_by = _demand_factors(counted, signals)
+    # Sized: the pod serves all it can (the ceiling) and is asked for factor times that.
+    demand = {pod: ceiling * factors[pod] if factors else recent[pod] for pod in counted}
     pinned = inputs.again(proposal, demand)
     if pinned.replicas is None or pinned.replicas <= (proposal.replicas or 0):
         return proposal
@@ -155,14 +155,40 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
         f"{name} pinned at its ceiling on every counted pod ({level} over the last {span}; the window's "
         f"mean {fmt_value(proposal.usage or 0.0)} understates demand)"
     )
-    if sized_by_queue:
-        r = sum(running[p] for p in counted) / len(counted)
-        w = sum(waiting[p] for p in counted) / len(counted)
-        note += (
-            f"; the engines' queues size the step: running {fmt_value(r)} + waiting {fmt_value(w)} "
+    if sized_by:
+        note += f"; {sized_by}"
+    return replace(pinned, note=note)
+
+
+def _demand_factors(counted: Sequence[str], signals: Signals) -> tuple[dict[str, float], str]:
+    """How many times what it serves each pinned pod is asked for, and how that
+    was read (for the reason); nothing when its engines say neither."""
+    recent, span = signals.recent, signals.recent_s or 0.0
+    n = len(counted)
+    arrival = recent.get("request_arrival_rate", {})
+    completion = recent.get("request_completion_rate", {})
+    if all(pod in arrival and completion.get(pod, 0.0) * span >= MIN_FINISHED for pod in counted):
+        factors = {pod: min(MAX_QUEUE_FACTOR, max(1.0, arrival[pod] / completion[pod])) for pod in counted}
+        a = sum(arrival[p] for p in counted) / n
+        c = sum(completion[p] for p in counted) / n
+        return factors, (
+            f"the engines' flows size the step: {fmt_value(a)} requests/s arrive per pod and "
+            f"{fmt_value(c)}/s finish, {fmt_value(a / c)} times what they serve"
+        )
+    running = recent.get("requests_running", {})
+    waiting = recent.get("requests_waiting", {})
+    # A pod running less than one request is not at its concurrency limit: no sizing by it.
+    if all(running.get(pod, 0.0) >= 1.0 and pod in waiting for pod in counted):
+        factors = {
+            pod: min(MAX_QUEUE_FACTOR, (running[pod] + waiting[pod]) / running[pod]) for pod in counted
+        }
+        r = sum(running[p] for p in counted) / n
+        w = sum(waiting[p] for p in counted) / n
+        return factors, (
+            f"the engines' queues size the step: running {fmt_value(r)} + waiting {fmt_value(w)} "
             f"per pod is {fmt_value((r + w) / r)} times what they run"
         )
-    return replace(pinned, note=note)
+    return {}, ""
 
 
 def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
