@@ -59,6 +59,36 @@ async def test_engine_gauges_ride_on_the_samples_of_their_pods(kube_sim: Any, ki
         assert metrics.get_sample_value("gpuscale_collector_engine_targets") == 2
 
 
+async def test_engine_flows_ride_on_the_samples_too(kube_sim: Any, kit: Any) -> None:
+    """Two vLLM pods asked for 1.6 times what they serve: each finishes what its
+    16 slots allow (16 / 2 s = 8 requests/s) while 12.8 a second arrive. The
+    rates come from successive scrapes of vllm:request_success_total and the
+    gauges, over real HTTP; averaged over many batches (one scrape counts whole
+    requests) they say both."""
+    await kube_sim.create(gpu_workload("llm", 2, node=NODE, pod_annotations=vllm_annotations(18102)))
+    kube_sim.set_load("default", "llm", 320)
+    settings = kit.settings(
+        node_name=NODE, sim_source="kube-sim", kubeconfig=kube_sim.kubeconfig_path, interval_s="0.5"
+    )
+    seen: dict[tuple[str, float], EngineSignals] = {}
+    async with kit.running(settings) as rc:
+
+        def enough_flows() -> list[EngineSignals]:
+            batch = rc.collector.last_batch
+            for o in owners(batch, "llm"):
+                if o.engine and o.engine.request_completion_rate is not None:
+                    seen[(o.pod, batch.ts)] = o.engine
+            with_flows = [e for e in seen.values() if e.request_arrival_rate is not None]
+            assert len(with_flows) >= 16, f"{len(with_flows)} pod samples with flows so far"
+            return with_flows
+
+        flows = await kit.wait_for(enough_flows, 30, "16 pod samples with flows")
+    completion = sum(e.request_completion_rate or 0.0 for e in flows) / len(flows)
+    arrival = sum(e.request_arrival_rate or 0.0 for e in flows) / len(flows)
+    assert 5.0 <= completion <= 11.0, completion  # 8 a second, counted in whole requests
+    assert arrival >= 1.2 * completion, (arrival, completion)  # 12.8 arrive: the queue grows
+
+
 async def test_a_hanging_endpoint_does_not_delay_sampling(kube_sim: Any, kit: Any) -> None:
     """Every engine pod's endpoint stalls for longer than a tick: batches keep
     coming at the interval, the pods' samples carry no engine values, and the

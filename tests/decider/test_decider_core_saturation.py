@@ -120,6 +120,71 @@ CASES = {
         "the engines' queues size the step",
         "flows",
     ),
+    "backlog after capacity arrived: one pod pinned while it drains (5.3 arrive, 8 finish), two at 67: keep 3": Case(
+        # HPA alone: (100 + 67 + 67) / 3 = 78 over 70, ratio 1.11 beyond the tolerance: ceil(3 x 1.11) = 4.
+        UTIL,
+        3,
+        (
+            pod(
+                100,
+                100,
+                requests_running=16,
+                requests_waiting=90,
+                request_arrival_rate=5.3,
+                request_completion_rate=8,
+            ),
+            pod(
+                67,
+                67,
+                requests_running=11,
+                requests_waiting=0,
+                request_arrival_rate=5.3,
+                request_completion_rate=5.3,
+            ),
+            pod(
+                67,
+                67,
+                requests_running=11,
+                requests_waiting=0,
+                request_arrival_rate=5.3,
+                request_completion_rate=5.3,
+            ),
+        ),
+        3,
+        "1 pod pinned only by a backlog they work off (5.3 requests/s arrive, 8.0/s finish",
+    ),
+    "pinned and draining, yet the others ask for more on their own: their step, not the backlog's": Case(
+        # Judged: (66 + 95 + 95) / 3 = 85.3 over 70: ceil(3 x 1.22) = 4; HPA alone: (100 + 95 + 95) / 3: 5.
+        UTIL,
+        3,
+        (
+            pod(100, 100, request_arrival_rate=5.3, request_completion_rate=8),
+            pod(95, 90, request_arrival_rate=7.6, request_completion_rate=7.6),
+            pod(95, 90, request_arrival_rate=7.6, request_completion_rate=7.6),
+        ),
+        4,
+        "pinned only by a backlog",
+    ),
+    "pinned and not draining (more arrive than finish), not every pod pinned: HPA's answer": Case(
+        UTIL,
+        3,
+        (
+            pod(100, 100, request_arrival_rate=9, request_completion_rate=8),
+            pod(67, 67, request_arrival_rate=5.3, request_completion_rate=5.3),
+            pod(67, 67, request_arrival_rate=5.3, request_completion_rate=5.3),
+        ),
+        4,
+        "",
+        "backlog",
+    ),
+    "draining pods never cause a scale-down: window below target, HPA's scale-down as it was": Case(
+        UTIL,
+        3,
+        (pod(40, 100, request_arrival_rate=2, request_completion_rate=8), pod(20, 20), pod(20, 20)),
+        2,
+        "",
+        "backlog",
+    ),
     "pinned, no queue waiting: the ceiling itself: ceil(1 x 100/70) = 2": Case(
         UTIL, 1, (pod(53, 100, requests_running=16, requests_waiting=0),), 2, "pinned at its ceiling"
     ),

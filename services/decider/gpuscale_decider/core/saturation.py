@@ -20,6 +20,13 @@ still through HPA's rules for missing and Pending pods (a starting pod counts
 as 0, so a step already requested is not asked again while it starts), then
 stabilization, the rate policies and ``maxReplicas``.
 
+**A backlog is not demand.** Once capacity arrives, the pods that held the
+queue stay pinned while they work it off (a load balancer does not move
+queued requests), and HPA's ratio reads them as load and asks for more. Where
+their engines report flows, a pinned pod that finishes more than arrives (it
+is draining) counts at its share of what arrives, ``ceiling × A / C``, for a
+scale-up; it never causes a scale-down.
+
 **A queue is a stock, not a rate.** ``requests_waiting`` grows for as long as
 capacity is short, so while requested pods start it keeps asking for more
 (the backlog of the start-up, not new demand), and after they serve, the
@@ -115,7 +122,8 @@ def adjust(
         return proposal
     inputs = _Inputs(values, signals, pods, current, tolerances, not_ready)
     if proposal.name in CEILINGS:
-        return _pinned(proposal, inputs)
+        pinned = _pinned(proposal, inputs)
+        return pinned if pinned is not proposal else _draining(proposal, inputs)
     if proposal.name in QUEUES:
         return _queue(proposal, inputs)
     return proposal
@@ -158,6 +166,44 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     if sized_by:
         note += f"; {sized_by}"
     return replace(pinned, note=note)
+
+
+def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
+    """A scale-up asked for by pods that are pinned only while they work off a
+    backlog is reconsidered with their share of what arrives."""
+    current, signals = inputs.current, inputs.signals
+    if (proposal.replicas or 0) <= current:
+        return proposal  # only a scale-up is reconsidered: a backlog is no reason to scale down
+    name, ceiling = proposal.name, CEILINGS[proposal.name]
+    recent, span = signals.recent.get(name, {}), signals.recent_s or 0.0
+    arrival = signals.recent.get("request_arrival_rate", {})
+    completion = signals.recent.get("request_completion_rate", {})
+    values = dict(inputs.values)
+    draining: list[str] = []
+    for pod in inputs.counted():
+        finished = completion.get(pod, 0.0)
+        if (
+            recent.get(pod, 0.0) >= PINNED_SHARE * ceiling
+            and pod in arrival
+            and finished * span >= MIN_FINISHED
+            and arrival[pod] < finished
+        ):
+            values[pod] = min(values[pod], ceiling * arrival[pod] / finished)
+            draining.append(pod)
+    if not draining:
+        return proposal
+    judged = inputs.again(proposal, values)
+    if judged.replicas is None or judged.replicas >= (proposal.replicas or 0):
+        return proposal
+    a = sum(arrival[p] for p in draining) / len(draining)
+    c = sum(completion[p] for p in draining) / len(draining)
+    why = (
+        f"{count_pods(len(draining))} pinned only by a backlog they work off ({fmt_value(a)} requests/s "
+        f"arrive, {fmt_value(c)}/s finish over the last {span:g} s): judged on their share of what arrives"
+    )
+    if (judged.replicas or 0) <= current:
+        return _keep(proposal, current, why)
+    return replace(judged, calculated=proposal.replicas, note=why)
 
 
 def _demand_factors(counted: Sequence[str], signals: Signals) -> tuple[dict[str, float], str]:
