@@ -151,7 +151,7 @@ CASES = {
             ),
         ),
         3,
-        "1 pod pinned only by a backlog they work off (5.3 requests/s arrive, 8.0/s finish",
+        "1 pod pinned only by a backlog being worked off (5.3 requests/s arrive, 8.0/s finish",
     ),
     "pinned and draining, yet the others ask for more on their own: their step, not the backlog's": Case(
         # Judged: (66 + 95 + 95) / 3 = 85.3 over 70: ceil(3 x 1.22) = 4; HPA alone: (100 + 95 + 95) / 3: 5.

@@ -178,6 +178,8 @@ def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     recent, span = signals.recent.get(name, {}), signals.recent_s or 0.0
     arrival = signals.recent.get("request_arrival_rate", {})
     completion = signals.recent.get("request_completion_rate", {})
+    if not arrival or not completion:
+        return proposal  # engines without flows (or none): decided without grouping the pods again
     values = dict(inputs.values)
     draining: list[str] = []
     for pod in inputs.counted():
@@ -198,7 +200,7 @@ def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     a = sum(arrival[p] for p in draining) / len(draining)
     c = sum(completion[p] for p in draining) / len(draining)
     why = (
-        f"{count_pods(len(draining))} pinned only by a backlog they work off ({fmt_value(a)} requests/s "
+        f"{count_pods(len(draining))} pinned only by a backlog being worked off ({fmt_value(a)} requests/s "
         f"arrive, {fmt_value(c)}/s finish over the last {span:g} s): judged on their share of what arrives"
     )
     if (judged.replicas or 0) <= current:
