@@ -376,3 +376,39 @@ async def test_rates_span_a_failed_scrape() -> None:
     assert completion is not None
     assert 30.0 / (third_done - first_asked) <= completion <= 30.0 / (third_asked - first_done)
     assert third.request_arrival_rate == pytest.approx(completion)  # nothing more in the pod
+
+
+# --- values a broken or hostile engine may serve: finite each, not in sum ---------------------
+
+
+def test_counters_and_gauges_that_add_up_past_the_largest_double_are_problems_not_values() -> None:
+    """Each value is finite (1.7e308), their sum is not: the wire takes finite
+    numbers only, so the pod's reading leaves them out and says why, rather than
+    making the node's batch undecodable (or the sum raise)."""
+    big = 1.7e308
+    r = read(vllm_page(stop=big, length=big, waiting=big, running=8))
+    assert r.requests_finished is None
+    assert r.requests_running == 8.0
+    assert r.requests_waiting == big  # one series: finite
+    assert any("finished-request counters add up past" in p for p in r.problems)
+    two_engines = (
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{engine="0"}} {big}\nvllm:num_requests_waiting{{engine="1"}} {big}\n'
+    )
+    q = read(two_engines)
+    assert q.requests_waiting is None
+    assert any("requests_waiting adds up past" in p for p in q.problems)
+
+
+def test_a_counter_that_leaps_by_the_largest_double_gives_no_rate() -> None:
+    before = read(vllm_page(stop=0, length=0, waiting=big_gauge(), running=big_gauge()))
+    after = read(vllm_page(stop=1.7e308, length=0, waiting=0, running=0))
+    assert flows(before, 10.0, after, 10.5) == Flows()
+    # waiting + running themselves past the largest double: the completion rate, no arrival.
+    small_before = read(vllm_page(stop=10, length=0, waiting=big_gauge(), running=big_gauge()))
+    small_after = read(vllm_page(stop=14, length=0, waiting=0, running=0))
+    assert flows(small_before, 10.0, small_after, 12.0) == Flows(None, 2.0)
+
+
+def big_gauge() -> float:
+    return 1.7e308

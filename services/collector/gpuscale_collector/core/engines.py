@@ -288,18 +288,30 @@ def flows(previous: EngineReading, previous_at: float, current: EngineReading, c
         if now.get(key, -1.0) < value:
             return Flows()
     completion = max(0.0, after - before) / elapsed
+    if not math.isfinite(completion):
+        return Flows()  # a counter that leapt by ~1e308 in a moment is no rate (the wire takes finite values)
     held_before = _in_pod(previous)
     held_after = _in_pod(current)
-    if held_before is None or held_after is None:
-        return Flows(None, completion)
-    return Flows(max(0.0, completion + (held_after - held_before) / elapsed), completion)
+    arrival = None
+    if held_before is not None and held_after is not None:
+        arrival = max(0.0, completion + (held_after - held_before) / elapsed)
+    return Flows(arrival if arrival is not None and math.isfinite(arrival) else None, completion)
+
+
+def _sum(values: Iterable[float]) -> float:
+    """Exact sum of finite values; inf when it passes the largest double (fsum raises there)."""
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return math.inf
 
 
 def _in_pod(reading: EngineReading) -> float | None:
     """Requests waiting or running, when the engine says both."""
     if reading.requests_waiting is None or reading.requests_running is None:
         return None
-    return reading.requests_waiting + reading.requests_running
+    held = reading.requests_waiting + reading.requests_running
+    return held if math.isfinite(held) else None
 
 
 def recognise(families: Iterable[FamilyLike]) -> EngineReading:
@@ -329,15 +341,22 @@ def recognise(families: Iterable[FamilyLike]) -> EngineReading:
             if spec.signal is Signal.KV:
                 kv.extend(values)
             else:
-                sums[spec.signal] = sums.get(spec.signal, 0.0) + math.fsum(values)
+                sums[spec.signal] = sums.get(spec.signal, 0.0) + _sum(values)
+    for signal in [s for s, total in sums.items() if not math.isfinite(total)]:
+        problems.append(f"{signal.value} adds up past the largest number")
+        del sums[signal]
     finished = _finished(counters, engines, used, problems)
+    requests_finished = _sum(finished.values()) if finished is not None else None
+    if finished is not None and not math.isfinite(requests_finished or 0.0):
+        problems.append("the finished-request counters add up past the largest number")
+        finished = requests_finished = None
     return EngineReading(
         engines=tuple(sorted(engines)),
         series=tuple(sorted(used)),
         requests_waiting=sums.get(Signal.WAITING),
         requests_running=sums.get(Signal.RUNNING),
         kv_cache_usage=min(100.0, math.fsum(kv) / len(kv)) if kv else None,
-        requests_finished=math.fsum(finished.values()) if finished is not None else None,
+        requests_finished=requests_finished,
         finished_series=tuple(sorted(finished.items())) if finished is not None else (),
         problems=tuple(problems),
     )
