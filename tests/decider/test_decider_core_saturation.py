@@ -26,8 +26,9 @@ def pod(window: float, recent: float | None = None, **engine: float) -> P:
     return P(window, recent=recent_values if recent is not None or engine else None)
 
 
-def queue_pod(window: float, recent: float | None) -> P:
-    return P({"requests_waiting": window}, recent=None if recent is None else {"requests_waiting": recent})
+def queue_pod(window: float, recent: float | None, **flows: float) -> P:
+    recent_values = None if recent is None else {"requests_waiting": recent, **flows}
+    return P({"requests_waiting": window}, recent=recent_values)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,24 @@ CASES = {
         3,
         "the engines' flows size the step: 16.0 requests/s arrive per pod and 8.0/s finish, 2.0 times",
     ),
+    "the demo's step read early, flows a few percent high (13.3 arrive, 6 finish: 2.2 times): 3, not 4": Case(
+        # ceil(1 x 222/70) = 4 (HPA's rounding of a noisy estimate); 3 pods carry 222 at 74 each,
+        # within the tolerance of 70, where HPA's own ratio holds.
+        UTIL,
+        1,
+        (
+            pod(
+                36,
+                97,
+                requests_running=16,
+                requests_waiting=10,
+                request_arrival_rate=13.3,
+                request_completion_rate=6,
+            ),
+        ),
+        3,
+        "3 pods carry it within the tolerance of the target",
+    ),
     "pinned, flows of a draining backlog (fewer arrive than finish): no more than the ceiling: ceil(100/70) = 2": Case(
         UTIL,
         1,
@@ -102,7 +121,7 @@ CASES = {
         "the engines' queues size the step",
         "flows",
     ),
-    "pinned, one pod without flows: the queues size the step for all (1.5 times): ceil(2 x 150/70) = 5": Case(
+    "pinned, one pod without flows: the queues size the step for all (1.5 times): 4 carry 2 x 150 within 70 x 1.1": Case(
         UTIL,
         2,
         (
@@ -116,7 +135,7 @@ CASES = {
             ),
             pod(53, 100, requests_running=16, requests_waiting=8),
         ),
-        5,
+        4,
         "the engines' queues size the step",
         "flows",
     ),
@@ -164,6 +183,44 @@ CASES = {
         ),
         4,
         "pinned only by a backlog",
+    ),
+    "backlog worked off inside the window: the old pod reads 70 now, 100 over the window, and keeps up: keep 3": Case(
+        # The demo's step a minute on: HPA on the window, (100 + 66.7 + 66.7) / 3 = 77.8 over 70 x 1.1: 4.
+        # Now: (70 + 66.7 + 66.7) / 3 = 67.8, within the tolerance.
+        UTIL,
+        3,
+        (
+            pod(100, 70, request_arrival_rate=5.3, request_completion_rate=5.3),
+            pod(66.7, 66.7, request_arrival_rate=5.3, request_completion_rate=5.3),
+            pod(66.7, 66.7, request_arrival_rate=5.3, request_completion_rate=5.3),
+        ),
+        3,
+        "1 pod serving all that arrives, with gpu_util lower now than over the window (5.3 requests/s arrive",
+    ),
+    "lower now than over the window but short of capacity (10 arrive, 8 finish): the window's demand: 3": Case(
+        # ceil(2 x 80/70) = 3; on the recent 76 it would be within the tolerance.
+        UTIL,
+        2,
+        (
+            pod(80, 76, request_arrival_rate=10, request_completion_rate=8),
+            pod(80, 76, request_arrival_rate=10, request_completion_rate=8),
+        ),
+        3,
+        "",
+        "lower now",
+    ),
+    "lower now than over the window and keeping up: judged now, 76 within the tolerance of 70: keep 2": Case(
+        UTIL,
+        2,
+        (
+            pod(80, 76, request_arrival_rate=8, request_completion_rate=8),
+            pod(80, 76, request_arrival_rate=8, request_completion_rate=8),
+        ),
+        2,
+        "2 pods serving all that arrives, with gpu_util lower now than over the window",
+    ),
+    "lower now than over the window, no flows (a GPU workload without an engine): the window decides: 3": Case(
+        UTIL, 2, (pod(80, 76), pod(80, 76)), 3, "", "lower now"
     ),
     "pinned and not draining (more arrive than finish), not every pod pinned: HPA's answer": Case(
         UTIL,
@@ -232,6 +289,96 @@ CASES = {
     "queue steady above target with nobody starting: HPA's AverageValue: ceil(3 x 10/4) = 8, rate limit max(2 x 3, 3 + 4) = 7": Case(
         QUEUE, 3, (queue_pod(10, 10), queue_pod(10, 10), queue_pod(10, 10)), 7, "", "falling"
     ),
+    "queue growing at the step, flows known: HPA's share of the level, ceil(16/4) = 4 (the flows never lower it)": Case(
+        # Arrivals say 3 pods would serve it (ceil(16 x 1.1 / 8)); the user's target is about the queue,
+        # and the level is not falling: HPA's answer stands.
+        QUEUE,
+        1,
+        (queue_pod(2, 16, request_arrival_rate=16, request_completion_rate=8),),
+        4,
+        "the queue is growing",
+        "flows",
+    ),
+    "queue growing, arrivals at twice a pod, level still 6: the tolerance to spare asks a third pod, not a second": Case(
+        # HPA: ceil(6/4) = 2, and 2 pods at exactly the arrivals would leave the queue where it is: ceil(2 x 1.1) = 3.
+        QUEUE,
+        1,
+        (queue_pod(1, 6, request_arrival_rate=16, request_completion_rate=8),),
+        3,
+        "the level so far understates what arrives: 16.0 requests/s arrive and a pod with a queue finishes "
+        "8.0/s, so the capacity of 3 pods serves them",
+    ),
+    "queue growing, seen early: 6 waiting asks ceil(6/4) = 2, but 20 arrive/s for 8 served: 3 in one step": Case(
+        # Two pods would serve 16 of the 20 a second: the queue would grow on, and the next step wait for them.
+        QUEUE,
+        1,
+        (queue_pod(1, 6, request_arrival_rate=20, request_completion_rate=8),),
+        3,
+        "20.0 requests/s arrive and a pod with a queue finishes 8.0/s, so the capacity of 3 pods",
+    ),
+    "queue steady above target, pods finishing all that arrives: the target decides: HPA's 7, not the flows' 4": Case(
+        # A queue at high utilization need not drain however the flows add up: they never lower HPA's answer.
+        QUEUE,
+        3,
+        tuple(queue_pod(10, 10, request_arrival_rate=8, request_completion_rate=8) for _ in range(3)),
+        7,
+        "",
+        "flows",
+    ),
+    "queue on one pod, none on the other, growing: HPA's ceil(2 x 9/4) = 5 (the flows' 3 does not lower it)": Case(
+        QUEUE,
+        2,
+        (
+            queue_pod(8, 16, request_arrival_rate=16, request_completion_rate=8),
+            queue_pod(0.5, 0.5, request_arrival_rate=3, request_completion_rate=3),
+        ),
+        5,
+        "",
+        "flows",
+    ),
+    "queue held at capacity, falling only as requests give up: no 'falling', the target decides: HPA's 7": Case(
+        # The old pod keeps its backlog at exactly its capacity (8 arrive, 8 served, 0.5/s give up and count
+        # as finished, as vLLM's finished_reason="abort"); the new pod serves its 8 with no queue. Its level
+        # (30 over the last 3 s, 40 in the window) falls by more than 2 %, which alone would keep 2.
+        # HPA on the window: ceil(2 x 20/4) = 10, limited to max(2 x 2, 2 + 4) = 6.
+        QUEUE,
+        2,
+        (
+            queue_pod(40, 30, request_arrival_rate=8, request_completion_rate=8.5),
+            queue_pod(0, 0, request_arrival_rate=8, request_completion_rate=8),
+        ),
+        6,
+        "only as requests give up: 16.0 requests/s arrive and a pod with a queue finishes 8.5/s, "
+        "so the capacity of 3 pods",
+    ),
+    "queue falling and the flows show capacity to spare (12 arrive, 2 x 8 finish): the capacity is enough: keep 2": Case(
+        QUEUE,
+        2,
+        (
+            queue_pod(40, 30, request_arrival_rate=6, request_completion_rate=8),
+            queue_pod(0, 0, request_arrival_rate=6, request_completion_rate=6),
+        ),
+        2,
+        "the queue is falling",
+        "give up",
+    ),
+    "queue below one request on every pod (none at its limit, no capacity to read): HPA's ceil(0.9/0.5) = 2": Case(
+        # Flows known, but a pod that queues less than one request may be serving less than it can.
+        policy(metrics=[{"name": "requests_waiting", "target": 0.5}]),
+        1,
+        (queue_pod(0.5, 0.9, request_arrival_rate=2, request_completion_rate=2),),
+        2,
+        "the queue is growing",
+        "flows",
+    ),
+    "queue growing, too few requests finished to read a capacity (0.5/s over 3 s): HPA's answer": Case(
+        QUEUE,
+        1,
+        (queue_pod(2, 16, request_arrival_rate=2, request_completion_rate=0.5),),
+        4,
+        "the queue is growing",
+        "flows",
+    ),
     "queue below target: HPA's scale-down, no rule of ours": Case(
         QUEUE, 3, (queue_pod(1, 1), queue_pod(1, 1), queue_pod(1, 1)), 1, "", "queue is"
     ),
@@ -259,10 +406,10 @@ def test_a_held_queue_step_says_what_hpa_s_calculation_gave() -> None:
 
 
 def test_the_pinned_step_goes_through_the_rate_policy() -> None:
-    """A queue 8 times what the pod runs asks for 12; HPA's default rates allow 1 + 4 = 5."""
+    """A queue 8 times what the pod runs asks for 11 (800 within 70 x 1.1); HPA's default rates allow 1 + 4 = 5."""
     s = step(UTIL, 1, (pod(60, 100, requests_running=16, requests_waiting=112),))
     assert s.evaluation is not None
-    assert s.evaluation.recommendation == 12
+    assert s.evaluation.recommendation == 11
     assert s.evaluation.desired == 5
     assert "ScaleUpLimit" in {c.reason.value for c in s.evaluation.conditions}
 
@@ -289,5 +436,27 @@ def test_wild_but_valid_gauges_neither_crash_nor_pass_max_replicas(
 ) -> None:
     """Values the contract allows (finite, >= 0) from a broken engine or a hostile peer."""
     s = step(UTIL, 2, (pod(window, 100, **engine), pod(window, 100, **engine)))
+    assert s.evaluation is not None
+    assert 2 <= s.evaluation.desired <= 10
+
+
+@pytest.mark.parametrize(
+    "flows",
+    [
+        {"request_arrival_rate": 1.7e308, "request_completion_rate": 8.0},
+        {"request_arrival_rate": 1.7e308, "request_completion_rate": 1.7e308},
+        {"request_arrival_rate": 16.0, "request_completion_rate": 1.7e308},
+        {"request_arrival_rate": 0.0, "request_completion_rate": 8.0},
+    ],
+    ids=[
+        "arrivals-at-the-largest-double",
+        "both-at-the-largest-double",
+        "capacity-at-the-largest-double",
+        "none-arrive",
+    ],
+)
+def test_wild_but_valid_flows_on_a_queue_neither_crash_nor_pass_max_replicas(flows: dict[str, float]) -> None:
+    """Two queued pods whose flows add up past the largest double, or say nothing arrives."""
+    s = step(QUEUE, 2, (queue_pod(40, 60, **flows), queue_pod(40, 60, **flows)))
     assert s.evaluation is not None
     assert 2 <= s.evaluation.desired <= 10

@@ -15,17 +15,22 @@ requests arriving at A a second are ``A / C`` times what it serves, and its
 demand is ``ceiling × A / C``: the new load itself, however long it has been
 queueing. Else the queue: a pod running R requests with W more waiting
 carries ``(R + W) / R`` times what it can run (a stock: it says how long the
-shortfall has lasted as much as how large it is). Only upward, and
+shortfall has lasted as much as how large it is). Sized so, the step is the
+fewest pods that carry the demand within the tolerance (an estimate from a few
+seconds of requests must not buy a pod by reading a few percent high). Only upward, and
 still through HPA's rules for missing and Pending pods (a starting pod counts
 as 0, so a step already requested is not asked again while it starts), then
 stabilization, the rate policies and ``maxReplicas``.
 
 **A backlog is not demand.** Once capacity arrives, the pods that held the
 queue stay pinned while they work it off (a load balancer does not move
-queued requests), and HPA's ratio reads them as load and asks for more. Where
-their engines report flows, a pinned pod that finishes more than arrives (it
-is draining) counts at its share of what arrives, ``ceiling × A / C``, for a
-scale-up; it never causes a scale-down.
+queued requests), and HPA's ratio reads them as load and asks for more; once
+it is worked off, their window still holds those readings for a window's
+length. Where their engines report flows, for a scale-up, a pinned pod that
+finishes more than arrives (it is draining) counts at its share of what
+arrives, ``ceiling × A / C``, and a pod that serves all that arrives (within
+the tolerance) and reads less now than over the window counts at its recent
+mean. Neither ever causes a scale-down.
 
 **A queue is a stock, not a rate.** ``requests_waiting`` grows for as long as
 capacity is short, so while requested pods start it keeps asking for more
@@ -38,10 +43,19 @@ mean 2 % or more below its window's) asks for nothing more: the capacity
 serving it is enough. A growing queue is judged on its recent mean when that
 is higher than the window's (the level now, not half a window ago). The
 pinned rule, too, takes no further step while pods start.
+
+**What arrives sizes a queue's step where its level cannot.** Seconds into a
+shortfall the level is still small while the arrivals are not: where the
+engines report flows and a pod has a queue (so it finishes all it can), a
+smaller step is raised to the capacity that serves the arrivals with the
+tolerance to spare. And a level that falls only because requests give up is no
+drain: the flows tell it from one that capacity drains, and the target decides
+as HPA's. The flows never lower what the level asks for.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
@@ -65,6 +79,8 @@ PINNED_SHARE: Final = 0.95
 # The most a queue may multiply a pinned pod's demand by (the rate policies and
 # maxReplicas bound the step anyway; this keeps a wild gauge's arithmetic finite).
 MAX_QUEUE_FACTOR: Final = 100.0
+# Keeps a count computed from wild but finite flows finite (maxReplicas bounds it anyway).
+MAX_REPLICAS_ARITHMETIC: Final = 1e9
 # Sizing by flows needs this many requests finished per pod over the recent span:
 # fewer are too few to measure a rate by (a scrape counts whole requests).
 MIN_FINISHED: Final = 3.0
@@ -157,6 +173,17 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     # Sized: the pod serves all it can (the ceiling) and is asked for factor times that.
     demand = {pod: ceiling * factors[pod] if factors else recent[pod] for pod in counted}
     pinned = inputs.again(proposal, demand)
+    within = ""
+    if factors and pinned.replicas is not None and pinned.usage is not None:
+        # The factor is an estimate from a few seconds of requests: ask for the fewest pods at
+        # which it is within the tolerance (where HPA's own ratio would then hold), not for a
+        # pod more whenever it reads a few percent high.
+        fewest = math.ceil(
+            len(counted) * pinned.usage / (proposal.target * (1.0 + inputs.tolerances.up)) - 1e-9
+        )
+        if fewest < pinned.replicas:
+            pinned = replace(pinned, replicas=fewest, calculated=pinned.replicas)
+            within = f"; {count_pods(fewest)} carry it within the tolerance of the target"
     if pinned.replicas is None or pinned.replicas <= (proposal.replicas or 0):
         return proposal
     note = (
@@ -165,12 +192,12 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     )
     if sized_by:
         note += f"; {sized_by}"
-    return replace(pinned, note=note)
+    return replace(pinned, note=note + within)
 
 
 def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
-    """A scale-up asked for by pods that are pinned only while they work off a
-    backlog is reconsidered with their share of what arrives."""
+    """A scale-up asked for by pods whose window holds a backlog they are
+    working off, or have worked off, is reconsidered on what they carry now."""
     current, signals = inputs.current, inputs.signals
     if (proposal.replicas or 0) <= current:
         return proposal  # only a scale-up is reconsidered: a backlog is no reason to scale down
@@ -181,31 +208,58 @@ def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     if not arrival or not completion:
         return proposal  # engines without flows (or none): decided without grouping the pods again
     values = dict(inputs.values)
-    draining: list[str] = []
+    draining: list[str] = []  # pinned, finishing more than arrives
+    drained: list[str] = []  # keeping up, reading less now than over the window
     for pod in inputs.counted():
         finished = completion.get(pod, 0.0)
-        if (
-            recent.get(pod, 0.0) >= PINNED_SHARE * ceiling
-            and pod in arrival
-            and finished * span >= MIN_FINISHED
-            and arrival[pod] < finished
-        ):
-            values[pod] = min(values[pod], ceiling * arrival[pod] / finished)
-            draining.append(pod)
-    if not draining:
+        if pod not in arrival or pod not in recent or finished * span < MIN_FINISHED:
+            continue
+        if arrival[pod] > finished * (1.0 + inputs.tolerances.up):
+            continue  # short of capacity: what its window holds is demand
+        if recent[pod] >= PINNED_SHARE * ceiling and arrival[pod] < finished:
+            share = ceiling * arrival[pod] / finished
+            if share < values[pod]:
+                values[pod] = share
+                draining.append(pod)
+        elif recent[pod] < values[pod]:
+            values[pod] = recent[pod]
+            drained.append(pod)
+    if not draining and not drained:
         return proposal
     judged = inputs.again(proposal, values)
     if judged.replicas is None or judged.replicas >= (proposal.replicas or 0):
         return proposal
-    a = sum(arrival[p] for p in draining) / len(draining)
-    c = sum(completion[p] for p in draining) / len(draining)
-    why = (
-        f"{count_pods(len(draining))} pinned only by a backlog being worked off ({fmt_value(a)} requests/s "
-        f"arrive, {fmt_value(c)}/s finish over the last {span:g} s): judged on their share of what arrives"
+    why = "; ".join(
+        text
+        for text in (
+            _flows_said(draining, "pinned only by a backlog being worked off", arrival, completion, span),
+            _flows_said(
+                drained,
+                f"serving all that arrives, with {name} lower now than over the window",
+                arrival,
+                completion,
+                span,
+            ),
+        )
+        if text
     )
+    why += ": judged on what they carry now"
     if (judged.replicas or 0) <= current:
         return _keep(proposal, current, why)
     return replace(judged, calculated=proposal.replicas, note=why)
+
+
+def _flows_said(
+    pods: Sequence[str], what: str, arrival: Mapping[str, float], completion: Mapping[str, float], span: float
+) -> str:
+    if not pods:
+        return ""
+    a = sum(arrival[p] for p in pods) / len(pods)
+    c = sum(completion[p] for p in pods) / len(pods)
+    return (
+        f"{count_pods(len(pods))} {what} ({fmt_value(a)} requests/s arrive, {fmt_value(c)}/s finish "
+        f"over the last {span:g} s)"
+    )
 
 
 def _demand_factors(counted: Sequence[str], signals: Signals) -> tuple[dict[str, float], str]:
@@ -278,16 +332,80 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
             f"capacity changed {signals.span_s:.0f} s ago: the backlog of before stays with the pods "
             f"that had it, the queue is judged once {TREND_SPANS * recent_s:g} s show where it goes",
         )
+    served = _served_by(proposal.name, counted, inputs)
     if now_level < window_level * (1.0 - FALLING):
+        if served is not None and served.pods > current:
+            # Falling, yet what arrives needs more than the pods serve: the level falls
+            # because requests give up, not because capacity drains it. The target decides.
+            why = (
+                f"the queue falls ({fmt_value(now_level)} over the last {recent_s:g} s, "
+                f"{fmt_value(window_level)} in the window) only as requests give up: {served.said}"
+            )
+            return replace(candidate, note=_joined(candidate.note, why))
         return _keep(
             candidate,
             current,
             f"the queue is falling ({fmt_value(now_level)} over the last {recent_s:g} s, "
             f"{fmt_value(window_level)} in the window): the capacity serving it is enough",
         )
+    if served is not None and served.pods > (candidate.replicas or 0):
+        # Seen early, a queue's level is small while what arrives is not.
+        why = f"the level so far understates what arrives: {served.said}"
+        return replace(
+            candidate, replicas=served.pods, calculated=candidate.replicas, note=_joined(candidate.note, why)
+        )
     return candidate
 
 
+@dataclass(frozen=True, slots=True)
+class _Served:
+    pods: int  # the fewest pods that serve what arrives with the tolerance to spare
+    said: str
+
+
+def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served | None:
+    """How many pods serve what arrives at a queue, where the engines' flows say;
+    None where they cannot.
+
+    A pod with a queue finishes all it can, C requests a second, so with ΣA
+    arriving at the target's pods, ``ceil(ΣA × (1 + up tolerance) / C)`` pods
+    serve them with the tolerance to spare and the queue drains. This raises a
+    step the level sizes too small (seconds into a shortfall), and tells a
+    level that falls only because requests give up from one that capacity
+    drains. It never lowers what the level asks for: the user's target is
+    about the queue, and a queue at high utilization need not drain however
+    the flows add up."""
+    signals = inputs.signals
+    span = signals.recent_s or 0.0
+    waiting = signals.recent.get(queue, {})
+    arrival = signals.recent.get("request_arrival_rate", {})
+    completion = signals.recent.get("request_completion_rate", {})
+    if not arrival or not completion or any(pod not in arrival for pod in counted):
+        return None
+    # Only a pod with a queue is at its limit: what it finishes is its capacity.
+    full = [
+        pod
+        for pod in counted
+        if waiting.get(pod, 0.0) >= 1.0 and completion.get(pod, 0.0) * span >= MIN_FINISHED
+    ]
+    if not full:
+        return None
+    arriving = sum(arrival[pod] for pod in counted)
+    capacity = sum(completion[pod] for pod in full) / len(full)
+    if not (math.isfinite(arriving) and math.isfinite(capacity)):
+        return None  # flows past the largest double (a broken engine): no arithmetic on them
+    pods = math.ceil(min(arriving * (1.0 + inputs.tolerances.up) / capacity, MAX_REPLICAS_ARITHMETIC))
+    return _Served(
+        pods,
+        f"{fmt_value(arriving)} requests/s arrive and a pod with a queue finishes {fmt_value(capacity)}/s, "
+        f"so the capacity of {count_pods(pods)} serves them with the tolerance to spare",
+    )
+
+
+def _joined(note: str, why: str) -> str:
+    return f"{note}; {why}" if note else why
+
+
 def _keep(proposal: MetricProposal, current: int, why: str) -> MetricProposal:
-    note = f"{proposal.note}; {why}" if proposal.note else why
+    note = _joined(proposal.note, why)
     return replace(proposal, replicas=current, calculated=proposal.replicas, note=f"{note}: keep {current}")
