@@ -379,6 +379,25 @@ CASES = {
         "the queue is growing",
         "flows",
     ),
+    "scale-down 2 s after pods became ready: new pods taking their first requests are no evidence: keep 3": Case(
+        # The demo's step with a 0 s scale-down window: (100 + 18 + 18) / 3 = 45.3 under 70 asked for 2, and
+        # the next decision went back to 3.
+        UTIL,
+        3,
+        (pod(100, 100), pod(18, 30), pod(18, 30)),
+        3,
+        "a pod became ready 2 s ago (or the window was made longer): its first seconds",
+        span_s=2.0,
+    ),
+    "scale-down once the averages span the window again: HPA's answer": Case(
+        UTIL, 3, (pod(45, 45), pod(45, 45), pod(45, 45)), 2, "", "no evidence for a scale-down"
+    ),
+    "scale-up 2 s after pods became ready: no rule of ours in the way": Case(
+        UTIL, 2, (pod(90, 90), pod(90, 90)), 3, "", "no evidence for a scale-down", span_s=2.0
+    ),
+    "queue below target 2 s after pods became ready: keep 3 (the old pod's queue, the new pods' none)": Case(
+        QUEUE, 3, (queue_pod(4, 4), queue_pod(0, 0), queue_pod(0, 0)), 3, "became ready 2 s ago", span_s=2.0
+    ),
     "queue below target: HPA's scale-down, no rule of ours": Case(
         QUEUE, 3, (queue_pod(1, 1), queue_pod(1, 1), queue_pod(1, 1)), 1, "", "queue is"
     ),

@@ -22,6 +22,12 @@ still through HPA's rules for missing and Pending pods (a starting pod counts
 as 0, so a step already requested is not asked again while it starts), then
 stabilization, the rate policies and ``maxReplicas``.
 
+**No scale-down on the first seconds after capacity arrives.** While the
+averages cover less than the window because a pod became ready (``since``),
+they start with the new pods taking their first requests: read as load per
+pod they ask to scale down the step just taken. A scale-down waits until they
+span the window.
+
 **A backlog is not demand.** Once capacity arrives, the pods that held the
 queue stay pinned while they work it off (a load balancer does not move
 queued requests), and HPA's ratio reads them as load and asks for more; once
@@ -134,7 +140,20 @@ def adjust(
     not_ready: NotReadyPods,
 ) -> MetricProposal:
     """The proposal with gpuscale's saturation and queue rules applied, or as it was."""
-    if proposal.replicas is None or proposal.groups is None or signals.recent_s is None:
+    if proposal.replicas is None or proposal.groups is None:
+        return proposal
+    if proposal.replicas < current and signals.span_s is not None:
+        # HPA leaves a pod's metric out until a whole window was measured after it became
+        # ready (cpuInitializationPeriod); the window here holds only what came after, and
+        # that starts with the new pods taking their first requests.
+        return _keep(
+            proposal,
+            current,
+            f"a pod became ready {signals.span_s:.0f} s ago (or the window was made longer): its first "
+            "seconds, while requests build up on it, are no evidence for a scale-down until the "
+            "averages span the window",
+        )
+    if signals.recent_s is None:
         return proposal
     inputs = _Inputs(values, signals, pods, current, tolerances, not_ready)
     if proposal.name in CEILINGS:
