@@ -398,6 +398,27 @@ CASES = {
     "queue below target 2 s after pods became ready: keep 3 (the old pod's queue, the new pods' none)": Case(
         QUEUE, 3, (queue_pod(4, 4), queue_pod(0, 0), queue_pod(0, 0)), 3, "became ready 2 s ago", span_s=2.0
     ),
+    "burst begun seconds into the window: the window's 19 asks 2, the 40 now asks 3: 3, not 2": Case(
+        # bursty with a 0 s scale-down window went 5 -> 2 -> 1 -> 3 as its next burst began.
+        UTIL,
+        5,
+        tuple(pod(19, 40) for _ in range(5)),
+        3,
+        "gpu_util is higher now than over the window on 5 pods (40.0 over the last 3 s against 19.0)",
+    ),
+    "load back near the target now (65), the window still quiet (19): keep 5": Case(
+        UTIL, 5, tuple(pod(19, 65) for _ in range(5)), 5, "the load is rising, and a scale-down must hold"
+    ),
+    "load falling (40 over the window, 20 now): HPA's scale-down on the window, ceil(5 x 40/70) = 3": Case(
+        UTIL, 5, tuple(pod(40, 20) for _ in range(5)), 3, "", "rising"
+    ),
+    "power_w too (any metric with recent means): window 100 W asks 2, 250 W now ceil(5 x 250/300) = 5: keep 5": Case(
+        policy(metrics=[{"name": "power_w", "target": 300}]),
+        5,
+        tuple(P({"power_w": 100}, recent={"power_w": 250}) for _ in range(5)),
+        5,
+        "power_w is higher now than over the window on 5 pods",
+    ),
     "queue below target: HPA's scale-down, no rule of ours": Case(
         QUEUE, 3, (queue_pod(1, 1), queue_pod(1, 1), queue_pod(1, 1)), 1, "", "queue is"
     ),

@@ -28,6 +28,12 @@ they start with the new pods taking their first requests: read as load per
 pod they ask to scale down the step just taken. A scale-down waits until they
 span the window.
 
+**A scale-down holds on the level now.** The window lags: a burst that began
+seconds ago is a few seconds of its 30, and its mean still reads the quiet
+before. Where a pod's recent mean is above its window mean, a scale-down is
+judged on the recent one (as a growing queue is), so it never undoes capacity
+the load is asking for again.
+
 **A backlog is not demand.** Once capacity arrives, the pods that held the
 queue stay pinned while they work it off (a load balancer does not move
 queued requests), and HPA's ratio reads them as load and asks for more; once
@@ -156,12 +162,46 @@ def adjust(
     if signals.recent_s is None:
         return proposal
     inputs = _Inputs(values, signals, pods, current, tolerances, not_ready)
+    if proposal.name in QUEUES:
+        return _queue(proposal, inputs)  # judges a growing queue on its recent mean itself
     if proposal.name in CEILINGS:
         pinned = _pinned(proposal, inputs)
-        return pinned if pinned is not proposal else _draining(proposal, inputs)
-    if proposal.name in QUEUES:
-        return _queue(proposal, inputs)
-    return proposal
+        proposal = pinned if pinned is not proposal else _draining(proposal, inputs)
+    return _rising(proposal, inputs)
+
+
+def _rising(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
+    """A scale-down must hold on the level now as well as on the window's."""
+    current, signals = inputs.current, inputs.signals
+    if proposal.replicas is None or proposal.replicas >= current:
+        return proposal
+    name = proposal.name
+    recent = signals.recent.get(name, {})
+    if not recent:
+        return proposal
+    counted = inputs.counted()
+    if not counted or any(pod not in recent for pod in counted):
+        return proposal
+    higher = [pod for pod in counted if recent[pod] > inputs.values[pod]]
+    if not higher:
+        return proposal
+    values = dict(inputs.values)
+    for pod in higher:
+        values[pod] = recent[pod]
+    judged = inputs.again(proposal, values)
+    if judged.replicas is None or judged.replicas <= proposal.replicas:
+        return proposal
+    now = sum(recent[p] for p in counted) / len(counted)
+    why = (
+        f"{name} is higher now than over the window on {count_pods(len(higher))} ({fmt_value(now)} "
+        f"over the last {signals.recent_s or 0.0:g} s against {fmt_value(proposal.usage or 0.0)}): "
+        "the load is rising, and a scale-down must hold on the level now"
+    )
+    if judged.replicas >= current:
+        return _keep(proposal, current, why)
+    return replace(
+        proposal, replicas=judged.replicas, calculated=proposal.replicas, note=_joined(proposal.note, why)
+    )
 
 
 def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
