@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import pytest
 
 from gpuscale.policy import GPUScaler
+from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
+from gpuscale_decider.core.reconcile import observation_of
 
 from .scenario import P, pending, policy, step
 
@@ -500,3 +502,27 @@ def test_wild_but_valid_flows_on_a_queue_neither_crash_nor_pass_max_replicas(flo
     s = step(QUEUE, 2, (queue_pod(40, 60, **flows), queue_pod(40, 60, **flows)))
     assert s.evaluation is not None
     assert 2 <= s.evaluation.desired <= 10
+
+
+@pytest.mark.parametrize(
+    ("since_ago", "span"),
+    [(None, None), (10.0, 10.0), (30.0, None), (3600.0, None), (-5.0, 0.0)],
+    ids=["absent", "inside-the-window", "at-the-window-start", "an-hour-old", "after-ts"],
+)
+def test_since_gives_a_span_only_inside_the_window(since_ago: float | None, span: float | None) -> None:
+    """The contract sends ``since`` only when the averages start after ts - window_s; one
+    at or before that says nothing and must not hold every scale-down back."""
+    ts = 1_000_000.0
+    message = WorkloadMetrics(
+        namespace="ns",
+        kind="Deployment",
+        name="bert",
+        ts=ts,
+        window_s=30.0,
+        pods=(PodMetrics("bert-0", MetricValues(gpu_util=40.0), ts),),
+        averages=MetricValues(gpu_util=40.0),
+        pods_fresh=1,
+        pods_stale=0,
+        since=UNSET if since_ago is None else ts - since_ago,
+    )
+    assert observation_of(message, ts).span_s == span

@@ -117,10 +117,20 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
         message.averages.to_dict(),
         message.pods_fresh,
         message.pods_stale,
-        None if message.since is UNSET else max(0.0, message.ts - message.since),
+        _span(message),
         recent,
         None if message.recent_s is UNSET else message.recent_s,
     )
+
+
+def _span(message: WorkloadMetrics) -> float | None:
+    """Seconds the averages cover when ``since`` says they are shorter than the
+    window. A ``since`` at or before the window's start says nothing (the
+    contract sends it only after it), so it holds no scale-down back; one after
+    ``ts`` is read as no span at all."""
+    if message.since is UNSET or message.ts - message.since >= message.window_s:
+        return None
+    return max(0.0, message.ts - message.since)
 
 
 @dataclass(frozen=True, slots=True)
