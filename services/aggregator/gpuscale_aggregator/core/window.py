@@ -14,8 +14,8 @@ What one batch adds, per (GPU, owner) of a healthy GPU, to the owner's pod:
 
 and, where the owner carries its pod's inference-engine gauges (``engine``,
 issue 14): ``requests_waiting``, ``requests_running``, ``kv_cache_usage``,
-``request_arrival_rate`` and ``request_completion_rate`` (a per-pod value, the same on each of the pod's GPU entries, so the mean over
-them is that value).
+``request_arrival_rate`` and ``request_completion_rate`` (a per-pod value, the
+same on each of the pod's GPU entries, so the mean over them is that value).
 
 GPUs whose ``health`` is not ``ok`` contribute nothing (not even
 ``last_seen``: a pod whose only GPU is lost goes stale, which the decider
@@ -77,6 +77,7 @@ and evicted with the GPU record's.
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from array import array
 from collections.abc import Iterator
@@ -506,13 +507,8 @@ class WindowStore:
     def _engine_open(self, eslot: int, engine: Any) -> None:
         """A new bucket's engine record: the owner's values, or nothing yet."""
         if engine:
-            values = _engine_values(engine)
-            _ENGINE_RECORD.pack_into(
-                self._engine_ring,
-                eslot * _ENGINE_RECORD.size,
-                *(v or 0.0 for v in values),
-                *(v is not None for v in values),
-            )
+            record = _engine_added(_EMPTY_ENGINE, _engine_values(engine))
+            _ENGINE_RECORD.pack_into(self._engine_ring, eslot * _ENGINE_RECORD.size, *record)
         else:
             _ENGINE_RECORD.pack_into(self._engine_ring, eslot * _ENGINE_RECORD.size, *_EMPTY_ENGINE)
 
@@ -901,17 +897,14 @@ class WindowStore:
 _NO_ENGINE_VALUES: Final[tuple[float | None, ...]] = (None,) * N_ENGINE
 
 
+# EngineSignals carries each engine metric under its own name.
+_ENGINE_FIELDS: Final = operator.attrgetter(*ENGINE_METRICS)
+
+
 def _engine_values(engine: EngineSignals) -> tuple[float | None, ...]:
     """An owner's engine values in ENGINE_METRICS' order, large counts and rates
     pinned so that a float32 sum of 255 stays finite."""
-    values = (
-        engine.requests_waiting,
-        engine.requests_running,
-        engine.kv_cache_usage,
-        engine.request_arrival_rate,
-        engine.request_completion_rate,
-    )
-    return tuple(None if v is None else min(v, _HUGE) for v in values)
+    return tuple(None if v is None else min(v, _HUGE) for v in _ENGINE_FIELDS(engine))
 
 
 def _engine_added(old: tuple[Any, ...], values: tuple[float | None, ...]) -> tuple[float, ...]:

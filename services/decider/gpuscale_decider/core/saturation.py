@@ -136,6 +136,30 @@ class _Inputs:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Flows:
+    """The pods' engine flows over the recent span (requests/s), where sent."""
+
+    arrival: Mapping[str, float]
+    completion: Mapping[str, float]
+    span_s: float
+
+    @classmethod
+    def of(cls, signals: Signals) -> _Flows:
+        return cls(
+            signals.recent.get("request_arrival_rate", {}),
+            signals.recent.get("request_completion_rate", {}),
+            signals.recent_s or 0.0,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.arrival) and bool(self.completion)
+
+    def measured(self, pod: str) -> bool:
+        """Both flows sent, over enough finished requests to tell a rate."""
+        return pod in self.arrival and self.completion.get(pod, 0.0) * self.span_s >= MIN_FINISHED
+
+
 def adjust(
     proposal: MetricProposal,
     values: Mapping[str, float],
@@ -261,18 +285,18 @@ def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     if (proposal.replicas or 0) <= current:
         return proposal  # only a scale-up is reconsidered: a backlog is no reason to scale down
     name, ceiling = proposal.name, CEILINGS[proposal.name]
-    recent, span = signals.recent.get(name, {}), signals.recent_s or 0.0
-    arrival = signals.recent.get("request_arrival_rate", {})
-    completion = signals.recent.get("request_completion_rate", {})
-    if not arrival or not completion:
+    recent = signals.recent.get(name, {})
+    flows = _Flows.of(signals)
+    if not flows:
         return proposal  # engines without flows (or none): decided without grouping the pods again
+    arrival, completion, span = flows.arrival, flows.completion, flows.span_s
     values = dict(inputs.values)
     draining: list[str] = []  # pinned, finishing more than arrives
     drained: list[str] = []  # keeping up, reading less now than over the window
     for pod in inputs.counted():
-        finished = completion.get(pod, 0.0)
-        if pod not in arrival or pod not in recent or finished * span < MIN_FINISHED:
+        if pod not in recent or not flows.measured(pod):
             continue
+        finished = completion[pod]
         if arrival[pod] > finished * (1.0 + inputs.tolerances.up):
             continue  # short of capacity: what its window holds is demand
         if recent[pod] >= PINNED_SHARE * ceiling and arrival[pod] < finished:
@@ -324,11 +348,11 @@ def _flows_said(
 def _demand_factors(counted: Sequence[str], signals: Signals) -> tuple[dict[str, float], str]:
     """How many times what it serves each pinned pod is asked for, and how that
     was read (for the reason); nothing when its engines say neither."""
-    recent, span = signals.recent, signals.recent_s or 0.0
+    recent = signals.recent
     n = len(counted)
-    arrival = recent.get("request_arrival_rate", {})
-    completion = recent.get("request_completion_rate", {})
-    if all(pod in arrival and completion.get(pod, 0.0) * span >= MIN_FINISHED for pod in counted):
+    flows = _Flows.of(signals)
+    arrival, completion = flows.arrival, flows.completion
+    if all(flows.measured(pod) for pod in counted):
         factors = {pod: min(MAX_QUEUE_FACTOR, max(1.0, arrival[pod] / completion[pod])) for pod in counted}
         a = sum(arrival[p] for p in counted) / n
         c = sum(completion[p] for p in counted) / n
@@ -434,19 +458,13 @@ def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served |
     drains. It never lowers what the level asks for: the user's target is
     about the queue, and a queue at high utilization need not drain however
     the flows add up."""
-    signals = inputs.signals
-    span = signals.recent_s or 0.0
-    waiting = signals.recent.get(queue, {})
-    arrival = signals.recent.get("request_arrival_rate", {})
-    completion = signals.recent.get("request_completion_rate", {})
-    if not arrival or not completion or any(pod not in arrival for pod in counted):
+    waiting = inputs.signals.recent.get(queue, {})
+    flows = _Flows.of(inputs.signals)
+    arrival, completion = flows.arrival, flows.completion
+    if not flows or any(pod not in arrival for pod in counted):
         return None
     # Only a pod with a queue is at its limit: what it finishes is its capacity.
-    full = [
-        pod
-        for pod in counted
-        if waiting.get(pod, 0.0) >= 1.0 and completion.get(pod, 0.0) * span >= MIN_FINISHED
-    ]
+    full = [pod for pod in counted if waiting.get(pod, 0.0) >= 1.0 and flows.measured(pod)]
     if not full:
         return None
     arriving = sum(arrival[pod] for pod in counted)
