@@ -303,3 +303,22 @@ async def test_with_a_client_ca_only_the_front_proxy_gets_in(
         for who in (None, stranger):
             with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
                 await get(scaler, BASE, client(who))
+
+
+async def test_a_self_signed_key_is_removed_at_stop_and_a_given_one_is_kept(
+    nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    async with running_scaler(settings_for(nats_server.url)) as scaler:
+        made = scaler.service.tls_cert_file
+        assert made is not None
+        assert made.exists()
+        assert (made.parent / "tls.key").exists()
+        assert await scaler.stop() == 0
+    assert not made.parent.exists(), "the self-signed private key outlived the service"
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    given = _write(tmp_path, "server", _cert("gpuscale-keda-scaler", key, None, ca=False, san=True), key)
+    settings = settings_for(nats_server.url, tls_cert_file=str(given[0]), tls_private_key_file=str(given[1]))
+    async with running_scaler(settings) as scaler:
+        assert await scaler.stop() == 0
+    assert all(path.exists() for path in given), "the operator's own certificate was removed"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -99,6 +100,7 @@ class KedaScalerService:
         self.subscription: Any = None  # the metrics subscription, once made
         self.tls_cert_file: Path | None = None  # the external metrics API's serving certificate
         self._tls_dir = tls_dir
+        self._own_tls_dir: Path | None = None  # made here for a self-signed key: removed at stop
         self._changed: dict[WorkloadKey, asyncio.Event] = {}
         self._last_expire = 0.0
         # A newer aggregator's fields and metric names: ignored, counted once per name.
@@ -222,7 +224,9 @@ class KedaScalerService:
         if settings.tls_cert_file is not None and settings.tls_private_key_file is not None:
             cert, key = settings.tls_cert_file, settings.tls_private_key_file
         else:
-            directory = self._tls_dir or Path(tempfile.mkdtemp(prefix="gpuscale-keda-scaler-tls-"))
+            directory = self._tls_dir
+            if directory is None:
+                directory = self._own_tls_dir = Path(tempfile.mkdtemp(prefix="gpuscale-keda-scaler-tls-"))
             cert, key = tls.write_self_signed(directory, "gpuscale-keda-scaler", tls.default_dns_names())
             self.log.info("self_signed_certificate", cert=str(cert))
         self.tls_cert_file = cert
@@ -249,6 +253,12 @@ class KedaScalerService:
 
     # --- life cycle ---------------------------------------------------------------------------------
 
+    def _remove_own_tls_dir(self) -> None:
+        # A private key the service wrote for itself must not outlive it (nor pile up in /tmp).
+        if self._own_tls_dir is not None:
+            shutil.rmtree(self._own_tls_dir, ignore_errors=True)
+            self._own_tls_dir = None
+
     async def serve(self) -> None:
         ctx = self.ctx
         ctx.http.add_readiness("nats", lambda: is_connected(self.nc))
@@ -257,7 +267,12 @@ class KedaScalerService:
             lambda: (True, "serving") if self.serving else (False, "starting the gRPC and HTTPS servers"),
         )
         grpc_server = await self.start_grpc()
-        api_runner = await self.start_api()
+        try:
+            api_runner = await self.start_api()
+        except BaseException:
+            await grpc_server.stop(0)
+            self._remove_own_tls_dir()
+            raise
         self.serving = True
         self.log.info(
             "keda_scaler_serving",
@@ -285,6 +300,7 @@ class KedaScalerService:
             self.serving = False
             await grpc_server.stop(GRPC_GRACE_S)
             await api_runner.cleanup()
+            self._remove_own_tls_dir()
             await drain(self.nc)
             self.log.info("keda_scaler_stopped")
 
