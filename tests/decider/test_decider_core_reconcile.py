@@ -877,3 +877,75 @@ def test_averages_restarted_by_a_new_pod_are_said_in_the_reason() -> None:
     assert s.evaluation is not None
     assert s.evaluation.desired == 3
     assert "averages of the last 6 s of the 30 s window only: a pod became ready then" in s.evaluation.reason
+
+
+# --- a clock set back ----------------------------------------------------------------
+# The state is stored in a KV bucket and read by whichever decider replica leads: one
+# whose clock is an hour behind the writer's (or this one's after a step back) finds
+# times in its future. Each wait then lasts its own length from now, never the skew.
+HOUR = 3600.0
+
+
+def test_a_cooldown_stored_an_hour_ahead_holds_its_own_length_not_the_hour() -> None:
+    scaler = policy(behavior={"scaleDown": {"stabilizationWindowSeconds": 0, "cooldownSeconds": 30}})
+    state = seen(last_scale_down=NOW + HOUR)
+    first = step(scaler, 3, running(3, 20), state=state)
+    assert first.evaluation is not None
+    assert first.evaluation.desired == 3
+    assert "cooling down" in first.evaluation.reason
+    later = step(scaler, 3, running(3, 20), state=first.memory.state, now=NOW + 31)
+    assert later.evaluation is not None
+    assert later.evaluation.desired == 1, later.evaluation.reason  # before: held until NOW + 1 h 30 s
+
+
+def test_a_recommendation_stored_an_hour_ahead_leaves_the_scale_down_window_once_it_has_passed() -> None:
+    scaler = policy(behavior={"scaleDown": {"stabilizationWindowSeconds": 300}})
+    state = seen(recommendations=(TimedValue(NOW + HOUR, 5),))
+    first = step(scaler, 3, running(3, 20), state=state)
+    assert first.evaluation is not None
+    assert first.evaluation.desired == 3
+    later = step(scaler, 3, running(3, 20), state=first.memory.state, now=NOW + 301)
+    assert later.evaluation is not None
+    assert later.evaluation.desired == 1, later.evaluation.reason
+
+
+def test_scale_up_events_stored_an_hour_ahead_limit_the_rate_for_one_period() -> None:
+    scaler = policy(behavior={"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}})
+    state = seen(scale_up_events=(TimedValue(NOW + HOUR, 1),), last_scale_up=NOW + HOUR)
+    first = step(scaler, 2, running(2, 140), state=state)
+    assert first.evaluation is not None
+    assert first.evaluation.desired == 2  # the period's one pod is spent
+    later = step(scaler, 2, running(2, 140), state=first.memory.state, now=NOW + 61)
+    assert later.evaluation is not None
+    assert later.evaluation.desired == 3, later.evaluation.reason
+
+
+def test_clock_bounded_brings_every_stored_time_to_now_and_leaves_a_sane_state_alone() -> None:
+    from gpuscale_decider.core.state import Pending, clock_bounded
+
+    ahead = ScalerState(
+        recommendations=(TimedValue(NOW - 10, 2), TimedValue(NOW + HOUR, 5)),
+        scale_up_events=(TimedValue(NOW + HOUR, 1),),
+        scale_down_events=(TimedValue(NOW + HOUR, 2),),
+        last_scale_up=NOW + HOUR,
+        last_scale_down=NOW + HOUR,
+        last_fresh_metrics=NOW + HOUR,
+        first_seen=NOW + HOUR,
+        pending=Pending("d", 2, 3, NOW + HOUR),
+        failures=2,
+        retry_at=NOW + HOUR,
+    )
+    bounded = clock_bounded(ahead, NOW, 300.0)
+    assert bounded.recommendations == (TimedValue(NOW - 10, 2), TimedValue(NOW, 5))
+    assert bounded.scale_up_events == (TimedValue(NOW, 1),)
+    assert bounded.scale_down_events == (TimedValue(NOW, 2),)
+    assert (bounded.last_scale_up, bounded.last_scale_down) == (NOW, NOW)
+    assert (bounded.last_fresh_metrics, bounded.first_seen) == (NOW, NOW)
+    assert bounded.pending == Pending("d", 2, 3, NOW)
+    assert bounded.retry_at == NOW + 300.0
+    assert bounded.failures == 2
+
+    sane = ScalerState(
+        recommendations=(TimedValue(NOW - 10, 2),), last_scale_up=NOW - 5, retry_at=NOW + 20, first_seen=NOW
+    )
+    assert clock_bounded(sane, NOW, 300.0) is sane

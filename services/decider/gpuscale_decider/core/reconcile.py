@@ -44,7 +44,7 @@ from gpuscale_decider.core.replicas import (
     replicas_text,
 )
 from gpuscale_decider.core.saturation import Signals, adjust
-from gpuscale_decider.core.state import Pending, ScalerState, TimedValue, record_scale
+from gpuscale_decider.core.state import Pending, ScalerState, TimedValue, clock_bounded, record_scale
 from gpuscale_decider.core.status import blocked_status, evaluation_status, status_differs
 
 # Decision ids are derived, not drawn: the same workload, counts and instant
@@ -249,7 +249,8 @@ def reconcile(
         )
 
     current = target.replicas
-    state, notes = _settle_pending(memory.state, current, now, config, longest_period(spec))
+    state = clock_bounded(memory.state, now, _RETRY_MAX_S)
+    state, notes = _settle_pending(state, current, now, config, longest_period(spec))
     state = _seen(state, current, now)
     evaluation, state = _evaluate(spec, current, target, pods, observation, state, now, config)
     if observation is not None and evaluation.fresh:

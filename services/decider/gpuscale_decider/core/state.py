@@ -121,6 +121,47 @@ class ScalerState:
         )
 
 
+def clock_bounded(state: ScalerState, now: float, longest_retry_s: float) -> ScalerState:
+    """The state with no time after ``now``, and no retry more than ``longest_retry_s`` ahead.
+
+    The state outlives the clock that wrote it (another decider replica's, in the
+    KV bucket; this one's before it was set back). A time in this clock's future
+    would keep its stabilization window, rate period, cooldown or wait for as long
+    as the clocks differ, an hour's skew an hour with no scale-down. Read as now,
+    each lasts its own length once."""
+    pending = state.pending
+    times = [
+        t
+        for t in (state.last_scale_up, state.last_scale_down, state.last_fresh_metrics, state.first_seen)
+        if t is not None
+    ]
+    times += [e.ts for e in (*state.recommendations, *state.scale_up_events, *state.scale_down_events)]
+    if pending is not None:
+        times.append(pending.published_at)
+    retry_late = state.retry_at is not None and state.retry_at > now + longest_retry_s
+    if not retry_late and (not times or max(times) <= now):
+        return state  # the common case: nothing to bound
+
+    def bounded(t: float | None) -> float | None:
+        return None if t is None else min(t, now)
+
+    def timed(values: tuple[TimedValue, ...]) -> tuple[TimedValue, ...]:
+        return tuple(TimedValue(min(v.ts, now), v.value) for v in values)
+
+    return replace(
+        state,
+        recommendations=timed(state.recommendations),
+        scale_up_events=timed(state.scale_up_events),
+        scale_down_events=timed(state.scale_down_events),
+        last_scale_up=bounded(state.last_scale_up),
+        last_scale_down=bounded(state.last_scale_down),
+        last_fresh_metrics=bounded(state.last_fresh_metrics),
+        first_seen=bounded(state.first_seen),
+        pending=None if pending is None else replace(pending, published_at=min(pending.published_at, now)),
+        retry_at=None if state.retry_at is None else min(state.retry_at, now + longest_retry_s),
+    )
+
+
 def _pair(raw: Any) -> tuple[int, int] | None:
     if isinstance(raw, list) and len(raw) == 2 and all(type(v) is int for v in raw):
         return (raw[0], raw[1])
