@@ -15,7 +15,7 @@ from gpuscale.policy import GPUScaler
 from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.core.reconcile import observation_of
 
-from .scenario import P, pending, policy, step
+from .scenario import NOW, P, pending, policy, seen, step
 
 UTIL = policy()  # gpu_util, target 70, max 10, HPA's scale-up rates
 QUEUE = policy(metrics=[{"name": "requests_waiting", "target": 4}])
@@ -526,3 +526,75 @@ def test_since_gives_a_span_only_inside_the_window(since_ago: float | None, span
         since=UNSET if since_ago is None else ts - since_ago,
     )
     assert observation_of(message, ts).span_s == span
+
+
+# The bursty trace with a 0 s scale-down window, as logged: 5 -> 3 with 200 GPU-% of load, then
+# the 3 pods read 23.3 over the window and 45.6 over the last 3 s (2 s of them shared by 5 pods),
+# and 3 x 45.6/70 asked for 2; the next decisions went back to 3. The metrics are received 1 s
+# before NOW, so "down N s before" is N s before they were received.
+AFTER_A_SCALE_DOWN = {
+    "2 s after 5 -> 3, recent means still shared by 5 pods (45.6): keep 3, not 2": (
+        (pod(23.3, 45.6), pod(23.3, 45.6), pod(23.3, 45.6)),
+        2.0,
+        3,
+        "replicas went down 2 s ago: the means of the last 3 s still hold seconds when more pods",
+    ),
+    "6 s after, recent means are the 3 pods' own (67): judged on them, keep 3": (
+        (pod(30, 67), pod(30, 67), pod(30, 67)),
+        6.0,
+        3,
+        "the load is rising",
+    ),
+    "6 s after, the load fell (20 over the window, 10 now): HPA's scale-down, ceil(3 x 20/70) = 1": (
+        (pod(20, 10), pod(20, 10), pod(20, 10)),
+        6.0,
+        1,
+        "",
+    ),
+    "no recent means (an older aggregator): the window's hold samples from before for 30 s: keep 3": (
+        (pod(23.3), pod(23.3), pod(23.3)),
+        20.0,
+        3,
+        "the means of the window still hold",
+    ),
+    "no recent means, 31 s after: the window is the 3 pods' own, HPA's answer": (
+        (pod(23.3), pod(23.3), pod(23.3)),
+        31.0,
+        1,
+        "",
+    ),
+    "a scale-up 2 s after a scale-down: no rule of ours in the way, ceil(3 x 90/70) = 4": (
+        (pod(90), pod(90), pod(90)),
+        2.0,
+        4,
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("pods", "down_before_s", "desired", "said"),
+    list(AFTER_A_SCALE_DOWN.values()),
+    ids=list(AFTER_A_SCALE_DOWN),
+)
+def test_a_scale_down_is_judged_on_what_came_after_the_last(
+    pods: tuple[P, ...], down_before_s: float, desired: int, said: str
+) -> None:
+    received_at = NOW - 1.0
+    s = step(UTIL, 3, pods, state=seen(last_scale_down=received_at - down_before_s))
+    assert s.evaluation is not None
+    assert s.evaluation.desired == desired, s.evaluation.reason
+    if said:
+        assert said in s.evaluation.reason
+    else:
+        assert "replicas went down" not in s.evaluation.reason
+
+
+def test_the_user_s_scale_down_cooldown_speaks_for_itself_after_a_scale_down() -> None:
+    """Within ``cooldownSeconds`` the cooldown holds the scale-down and says so (BackoffDownscale)."""
+    cooling = policy(behavior={"scaleDown": {"stabilizationWindowSeconds": 0, "cooldownSeconds": 30}})
+    s = step(cooling, 3, (pod(23.3, 45.6),) * 3, state=seen(last_scale_down=NOW - 3.0))
+    assert s.evaluation is not None
+    assert s.evaluation.desired == 3
+    assert "cooling down" in s.evaluation.reason
+    assert "replicas went down" not in s.evaluation.reason

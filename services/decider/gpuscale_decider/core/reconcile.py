@@ -57,6 +57,9 @@ _FAILED_OUTCOMES: Final = frozenset({"failed", "refused"})
 # so a target the actuator cannot scale (RBAC, a webhook) is not hammered.
 _RETRY_FIRST_S: Final = 5.0
 _RETRY_MAX_S: Final = 300.0
+# A pod's sample tells the second before it and reaches the decider with the
+# aggregator's next publish: load moved by a scale-down shows this much after it.
+_SAMPLE_LAG_S: Final = 2.0
 
 
 # --- inputs ------------------------------------------------------------------------
@@ -121,6 +124,25 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
         recent,
         None if message.recent_s is UNSET else message.recent_s,
     )
+
+
+def _after_scale_down(
+    spec: GPUScalerSpec, state: ScalerState, observation: Observation, now: float
+) -> float | None:
+    """How long before the metrics were received our last scale-down took effect,
+    while the means a decision rests on (the recent ones where sent, else the
+    window's) still hold samples from before it; else None. A sample tells the
+    second before it and reaches the aggregator's next publish: _SAMPLE_LAG_S."""
+    last = state.last_scale_down  # never after now: clock_bounded
+    if last is None:
+        return None
+    if now - last < spec.scale_down.cooldown_seconds:
+        return None  # the user's cooldown holds it, and says so
+    measured_for = (
+        observation.window_s if observation.recent_s is None else observation.recent_s + _SAMPLE_LAG_S
+    )
+    after = observation.received_at - last
+    return after if after < measured_for else None
 
 
 def _span(message: WorkloadMetrics) -> float | None:
@@ -509,7 +531,12 @@ def _evaluate(
     proposals: tuple[MetricProposal, ...] = ()
     if not stale_why and observation is not None and pods is not None and target.selector:
         tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
-        signals = Signals(observation.recent, observation.recent_s, observation.span_s)
+        signals = Signals(
+            observation.recent,
+            observation.recent_s,
+            observation.span_s,
+            _after_scale_down(spec, state, observation, now),
+        )
         proposals = tuple(
             adjust(
                 metric_proposal(

@@ -28,6 +28,13 @@ they start with the new pods taking their first requests: read as load per
 pod they ask to scale down the step just taken. A scale-down waits until they
 span the window.
 
+**A scale-down is judged on what came after the last one.** For a few seconds
+after pods leave, the recent means (and the window's, for a whole window) still
+hold seconds when those pods shared the load: per pod they read low, and a
+second scale-down on them undoes the first's answer (the bursty trace with a
+0 s scale-down window went 5 → 3 → 2 → 3). A scale-down waits until the means
+it would rest on were measured after the last one.
+
 **A scale-down holds on the level now.** The window lags: a burst that began
 seconds ago is a few seconds of its 30, and its mean still reads the quiet
 before. Where a pod's recent mean is above its window mean, a scale-down is
@@ -112,6 +119,9 @@ class Signals:
     recent: Mapping[str, Mapping[str, float]]  # metric -> pod -> mean over the last recent_s
     recent_s: float | None
     span_s: float | None = None  # the window's averages start this long ago (a capacity change)
+    # Our last scale-down took effect this long before the metrics were received, and the
+    # means the decision rests on still hold what was measured before it.
+    scaled_down_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +192,16 @@ def adjust(
             f"a pod became ready {signals.span_s:.0f} s ago (or the window was made longer): its first "
             "seconds, while requests build up on it, are no evidence for a scale-down until the "
             "averages span the window",
+        )
+    if proposal.replicas < current and signals.scaled_down_s is not None:
+        # Pods that have left shared the load while those means were measured: per pod
+        # they read low, and a second scale-down on them takes away what the first left.
+        means = "window" if signals.recent_s is None else f"last {signals.recent_s:g} s"
+        return _keep(
+            proposal,
+            current,
+            f"replicas went down {max(0.0, signals.scaled_down_s):.0f} s ago: the means of the {means} "
+            "still hold seconds when more pods shared the load, no evidence for a further scale-down",
         )
     if signals.recent_s is None:
         return proposal
