@@ -765,6 +765,9 @@ def test_status_is_written_when_it_changes_and_refreshed_at_most_every_15_s() ->
     changed = at(refreshed.memory, 17, 140)
     assert changed.status is not None  # replicas and conditions changed: at once
     assert changed.status["desiredReplicas"] == 8
+    # The clock set back an hour after a write: the value is refreshed at once, not an hour on.
+    assert at(refreshed.memory, 18, 72).status is None
+    assert at(refreshed.memory, 18 - 3600, 72).status is not None
 
 
 def test_state_round_trips_and_tolerates_damage() -> None:

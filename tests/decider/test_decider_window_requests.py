@@ -144,3 +144,20 @@ async def test_a_standby_decider_tells_nothing() -> None:
     w.decider.registry.set_policies([gpuscaler("bert", "10s")], [])
     await w.decider.tick(5.0)
     assert w.sent == []
+
+
+async def test_a_clock_set_back_an_hour_tells_again_at_once_not_an_hour_on() -> None:
+    """Waiting the skew out would let the aggregator's request lapse after its 60 s ttl:
+    averages over its own window, and no decision for a policy on another."""
+    w = World()
+    w.decider.registry.set_policies([gpuscaler("bert", "10s")], [])
+    await w.decider.tick(5.0)
+    w.t -= 3600.0
+    await w.decider.tick(5.0)
+    assert len(w.told("bert")) == 2
+    w.t += 1
+    await w.decider.tick(5.0)
+    assert len(w.told("bert")) == 2  # and then every 15 s again on the new clock
+    w.t += REPEAT_S
+    await w.decider.tick(5.0)
+    assert len(w.told("bert")) == 3

@@ -237,7 +237,7 @@ class EventWriter:
         count: Callable[[str], None] = lambda result: None,
         identity: str = "",
         is_leader: Callable[[], bool] = lambda: True,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,  # the limiter's: a wall clock set back would starve it
         limiter: EventLimiter | None = None,
         max_queue: int = 1000,
     ) -> None:

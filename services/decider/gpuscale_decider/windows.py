@@ -30,6 +30,13 @@ TTL_S: Final = 60.0
 RETRY_S: Final = 2.0
 
 
+def _due(sent_at: float, now: float, every_s: float) -> bool:
+    """Due ``every_s`` after the last, or at once where the clock was set back past it:
+    waiting the skew out would let the aggregators' requests lapse (TTL_S)."""
+    elapsed = now - sent_at
+    return elapsed >= every_s or elapsed < 0.0
+
+
 async def nowhere(_: WindowRequest) -> None:
     """No aggregator to tell (in-process runs without NATS)."""
 
@@ -48,7 +55,7 @@ class WindowRequester:
             present.add(w.key)
             need = window_need(w.scaler.spec)
             sent = self._sent.get(w.key)
-            if sent is None or sent[0] != need or now - sent[1] >= REPEAT_S:
+            if sent is None or sent[0] != need or _due(sent[1], now, REPEAT_S):
                 await self._send(w, need, now)
         for key in [k for k in self._sent if k not in present]:
             del self._sent[key]
@@ -56,7 +63,7 @@ class WindowRequester:
     async def mismatch(self, w: Workload, now: float) -> None:
         """Metrics arrived over another window than the policy's: ask again now."""
         sent = self._sent.get(w.key)
-        if sent is None or now - sent[1] >= RETRY_S:
+        if sent is None or _due(sent[1], now, RETRY_S):
             await self._send(w, window_need(w.scaler.spec), now)
 
     async def _send(self, w: Workload, need: WindowNeed, now: float) -> None:

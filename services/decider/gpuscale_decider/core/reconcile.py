@@ -768,7 +768,8 @@ def _with_status(
     metric values moved, at most every ``status_refresh_s``. The status is
     built only then: most evaluations write nothing."""
     written = step.memory.written
-    if signature == written.signature and now - written.at < config.status_refresh_s:
+    # A write "in the future" is one before the clock was set back: refresh, not wait the skew out.
+    if signature == written.signature and 0.0 <= now - written.at < config.status_refresh_s:
         return step
     status = build()
     if not status_differs(written.status, status):
