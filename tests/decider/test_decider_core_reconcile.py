@@ -952,3 +952,13 @@ def test_clock_bounded_brings_every_stored_time_to_now_and_leaves_a_sane_state_a
         recommendations=(TimedValue(NOW - 10, 2),), last_scale_up=NOW - 5, retry_at=NOW + 20, first_seen=NOW
     )
     assert clock_bounded(sane, NOW, 300.0) is sane
+
+
+def test_metrics_that_arrived_after_now_on_a_clock_set_back_are_not_acted_on() -> None:
+    """Received and judged on the decider's one clock: metrics "from the future" mean it was set
+    back since they arrived, and read as fresh they would be acted on for the skew."""
+    result = step(policy(), 2, running(2, 140), received_s_ago=-HOUR).evaluation
+    assert result is not None
+    assert result.desired == 2
+    assert "clock was set back 3600 s since the latest metrics arrived" in result.reason
+    assert not result.fresh

@@ -130,6 +130,7 @@ def test_a_fresh_reading_and_its_total() -> None:
     [
         (None, NOW, "gpu_util", NO_METRICS),
         (Message(), NOW + 10.5, "gpu_util", STALE),
+        (Message(), NOW - 3600, "gpu_util", STALE),  # this clock set back past the arrival: age unknown
         (Message(pods_fresh=0, pods_stale=2, averages={}), NOW, "gpu_util", NO_FRESH_PODS),
         (Message(), NOW, "sm_active", METRIC_NOT_REPORTED),
     ],

@@ -510,6 +510,10 @@ def _fresh(spec: GPUScalerSpec, observation: Observation | None, now: float, con
             "windows up to its --max-window; one released before per-GPUScaler windows, only its own --window)"
         )
     age = now - observation.received_at
+    if age < 0.0:
+        # Received and judged by this one clock: it was set back since they arrived, and
+        # their age is unknown; read as fresh they would be acted on for the skew.
+        return f"this clock was set back {-age:.0f} s since the latest metrics arrived: their age is unknown"
     if age > spec.window_s:
         return f"latest metrics arrived {age:.0f} s ago, longer than the {spec.window_s:g} s window"
     if config.max_metrics_age_s is not None and age > config.max_metrics_age_s:

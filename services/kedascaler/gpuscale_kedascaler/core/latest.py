@@ -9,6 +9,7 @@ as a current one (DESIGN.md §3: freshness is judged on arrival time).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -134,7 +135,10 @@ class LatestMetrics:
 
     @staticmethod
     def _age(snapshot: Snapshot, now: float) -> float:
-        return max(0.0, now - snapshot.received_at)
+        """Seconds since it arrived; infinite where the clock was set back past its arrival
+        (its age is unknown: read as 0, a snapshot would pass for current for the skew)."""
+        age = now - snapshot.received_at
+        return age if age >= 0.0 else math.inf
 
     def read(self, query: WorkloadQuery, now: float) -> Reading:
         """The query's value now, or Unavailable saying why there is none."""
@@ -150,6 +154,12 @@ class LatestMetrics:
                 f"gpuscale collector nodes?){hint}",
             )
         age = self._age(snapshot, now)
+        if age == math.inf:
+            raise Unavailable(
+                STALE,
+                f"this clock was set back {snapshot.received_at - now:.1f} s past the arrival of the "
+                f"metrics of {key}: their age is unknown; not served as current",
+            )
         if age > self.max_age_s:
             raise Unavailable(
                 STALE,
