@@ -14,6 +14,7 @@ import pytest
 from gpuscale.policy import GPUScaler
 from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.core.reconcile import observation_of
+from gpuscale_decider.core.state import TimedValue
 
 from .scenario import NOW, P, pending, policy, seen, step
 
@@ -384,9 +385,10 @@ CASES = {
     "scale-down 2 s after pods became ready: new pods taking their first requests are no evidence: keep 3": Case(
         # The demo's step with a 0 s scale-down window: (100 + 18 + 18) / 3 = 45.3 under 70 asked for 2, and
         # the next decision went back to 3.
+        # Averages over 2 s are also the last 3 s' means: no level now above them to hold on.
         UTIL,
         3,
-        (pod(100, 100), pod(18, 30), pod(18, 30)),
+        (pod(100, 100), pod(18, 18), pod(18, 18)),
         3,
         "a pod became ready 2 s ago (or the window was made longer): its first seconds",
         span_s=2.0,
@@ -598,3 +600,29 @@ def test_the_user_s_scale_down_cooldown_speaks_for_itself_after_a_scale_down() -
     assert s.evaluation.desired == 3
     assert "cooling down" in s.evaluation.reason
     assert "replicas went down" not in s.evaluation.reason
+
+
+@pytest.mark.parametrize(
+    ("hold", "said"),
+    [
+        ("scaled down 3 s before", "replicas went down 2 s ago"),
+        ("a pod ready 2 s before", "became ready 2 s ago"),
+    ],
+)
+def test_a_hold_keeps_hpa_s_recommendations_for_the_stabilization_window(hold: str, said: str) -> None:
+    """Held, the decision keeps 3, but the stabilization window keeps HPA's recommendation (1):
+    held ones kept there would hold a slow decline, or the scale-down after a spike, a whole
+    window (300 s) after the hold ended."""
+    scaler = policy(behavior={"scaleDown": {"stabilizationWindowSeconds": 300}})
+    after_scale_down = hold.startswith("scaled down")
+    state = seen(last_scale_down=NOW - 3.0) if after_scale_down else seen()
+    held = step(scaler, 3, (pod(10, 10),) * 3, state=state, span_s=None if after_scale_down else 2.0)
+    assert held.evaluation is not None
+    assert held.evaluation.desired == 3
+    assert said in held.evaluation.reason
+    able = held.evaluation.conditions.able_to_scale
+    assert able.reason.value == ("BackoffDownscale" if after_scale_down else "ScaleDownStabilized")
+    assert TimedValue(NOW, 1) in held.memory.state.recommendations
+    later = step(scaler, 3, (pod(10, 10),) * 3, state=held.memory.state, now=NOW + 10)
+    assert later.evaluation is not None
+    assert later.evaluation.desired == 1, later.evaluation.reason

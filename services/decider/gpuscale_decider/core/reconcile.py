@@ -126,23 +126,56 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
     )
 
 
-def _after_scale_down(
+def _scale_down_held(
     spec: GPUScalerSpec, state: ScalerState, observation: Observation, now: float
-) -> float | None:
-    """How long before the metrics were received our last scale-down took effect,
-    while the means a decision rests on (the recent ones where sent, else the
-    window's) still hold samples from before it; else None. A sample tells the
-    second before it and reaches the aggregator's next publish: _SAMPLE_LAG_S."""
+) -> tuple[Condition, str] | None:
+    """Why the means are no evidence for a scale-down yet, or None. Applied to the
+    decision after stabilization, like a cooldown, so the recommendations kept for
+    the stabilization window stay HPA's: held ones kept there would hold a
+    scale-down a whole window (300 s) after the hold ended.
+
+    **No scale-down on the first seconds after capacity arrives.** While the
+    averages cover less than the window because a pod became ready (``span_s``),
+    they start with the new pods taking their first requests: read as load per pod
+    they ask to undo the step just taken (the demo's step with a 0 s scale-down
+    window went 3 → 2 → 3). HPA leaves a new pod's metric out until a whole window
+    was measured after it became ready (cpuInitializationPeriod).
+
+    **A scale-down is judged on what came after the last one.** For a few seconds
+    after pods leave, the means a decision rests on (the recent ones where sent,
+    else the window's) still hold seconds when those pods shared the load: per pod
+    they read low, and a second scale-down on them takes away what the first left
+    (bursty with a 0 s scale-down window went 5 → 3 → 2 → 3 on an unchanged load).
+    It waits until they were measured after the last one took effect; a sample
+    tells the second before it and reaches the aggregator's next publish
+    (_SAMPLE_LAG_S). The user's ``cooldownSeconds``, while it holds, says so itself."""
+    if observation.span_s is not None:
+        return able(
+            True,
+            Reason.SCALE_DOWN_STABILIZED,
+            "the averages start when a pod became ready: no scale-down until they span the window",
+        ), (
+            f"a pod became ready {observation.span_s:.0f} s ago (or the window was made longer): its "
+            "first seconds, while requests build up on it, are no evidence for a scale-down until the "
+            "averages span the window"
+        )
     last = state.last_scale_down  # never after now: clock_bounded
-    if last is None:
+    if last is None or now - last < spec.scale_down.cooldown_seconds:
         return None
-    if now - last < spec.scale_down.cooldown_seconds:
-        return None  # the user's cooldown holds it, and says so
-    measured_for = (
-        observation.window_s if observation.recent_s is None else observation.recent_s + _SAMPLE_LAG_S
-    )
+    recent_s = observation.recent_s
+    measured_for = observation.window_s if recent_s is None else recent_s + _SAMPLE_LAG_S
     after = observation.received_at - last
-    return after if after < measured_for else None
+    if after >= measured_for:
+        return None
+    means = "window" if recent_s is None else f"last {recent_s:g} s"
+    return able(
+        False,
+        Reason.BACKOFF_DOWNSCALE,
+        "the metrics still hold seconds measured before the previous scale-down",
+    ), (
+        f"replicas went down {max(0.0, after):.0f} s ago: the means of the {means} still hold seconds "
+        "when more pods shared the load, no evidence for a further scale-down"
+    )
 
 
 def _span(message: WorkloadMetrics) -> float | None:
@@ -535,12 +568,7 @@ def _evaluate(
     proposals: tuple[MetricProposal, ...] = ()
     if not stale_why and observation is not None and pods is not None and target.selector:
         tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
-        signals = Signals(
-            observation.recent,
-            observation.recent_s,
-            observation.span_s,
-            _after_scale_down(spec, state, observation, now),
-        )
+        signals = Signals(observation.recent, observation.recent_s, observation.span_s)
         proposals = tuple(
             adjust(
                 metric_proposal(
@@ -642,15 +670,18 @@ def _evaluate(
         ), replace(state, last_fresh_metrics=now)
 
     normalized = normalize(spec, current, recommendation, state, now)
+    desired, able_to_scale, steps = normalized.desired, normalized.able_to_scale, normalized.steps
+    if desired < current and observation is not None:
+        held = _scale_down_held(spec, state, observation, now)
+        if held is not None:
+            desired, able_to_scale, steps = current, held[0], (*steps, f"{held[1]}: keep {current}")
     state = replace(state, last_fresh_metrics=now, recommendations=normalized.recommendations)
     return Evaluation(
         current,
-        normalized.desired,
-        _conditions(
-            normalized.able_to_scale, _active_condition(valid, proposals), normalized.scaling_limited
-        ),
+        desired,
+        _conditions(able_to_scale, _active_condition(valid, proposals), normalized.scaling_limited),
         proposals,
-        (best, *normalized.steps),
+        (best, *steps),
         recommendation,
         normalized.stabilized,
         fresh=True,

@@ -22,18 +22,9 @@ still through HPA's rules for missing and Pending pods (a starting pod counts
 as 0, so a step already requested is not asked again while it starts), then
 stabilization, the rate policies and ``maxReplicas``.
 
-**No scale-down on the first seconds after capacity arrives.** While the
-averages cover less than the window because a pod became ready (``since``),
-they start with the new pods taking their first requests: read as load per
-pod they ask to scale down the step just taken. A scale-down waits until they
-span the window.
-
-**A scale-down is judged on what came after the last one.** For a few seconds
-after pods leave, the recent means (and the window's, for a whole window) still
-hold seconds when those pods shared the load: per pod they read low, and a
-second scale-down on them undoes the first's answer (the bursty trace with a
-0 s scale-down window went 5 → 3 → 2 → 3). A scale-down waits until the means
-it would rest on were measured after the last one.
+(No scale-down while the averages start at a capacity change, or before they
+were measured after the last scale-down: :func:`.reconcile._scale_down_held`,
+applied to the decision after stabilization.)
 
 **A scale-down holds on the level now.** The window lags: a burst that began
 seconds ago is a few seconds of its 30, and its mean still reads the quiet
@@ -119,9 +110,6 @@ class Signals:
     recent: Mapping[str, Mapping[str, float]]  # metric -> pod -> mean over the last recent_s
     recent_s: float | None
     span_s: float | None = None  # the window's averages start this long ago (a capacity change)
-    # Our last scale-down took effect this long before the metrics were received, and the
-    # means the decision rests on still hold what was measured before it.
-    scaled_down_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,27 +170,6 @@ def adjust(
     """The proposal with gpuscale's saturation and queue rules applied, or as it was."""
     if proposal.replicas is None or proposal.groups is None:
         return proposal
-    if proposal.replicas < current and signals.span_s is not None:
-        # HPA leaves a pod's metric out until a whole window was measured after it became
-        # ready (cpuInitializationPeriod); the window here holds only what came after, and
-        # that starts with the new pods taking their first requests.
-        return _keep(
-            proposal,
-            current,
-            f"a pod became ready {signals.span_s:.0f} s ago (or the window was made longer): its first "
-            "seconds, while requests build up on it, are no evidence for a scale-down until the "
-            "averages span the window",
-        )
-    if proposal.replicas < current and signals.scaled_down_s is not None:
-        # Pods that have left shared the load while those means were measured: per pod
-        # they read low, and a second scale-down on them takes away what the first left.
-        means = "window" if signals.recent_s is None else f"last {signals.recent_s:g} s"
-        return _keep(
-            proposal,
-            current,
-            f"replicas went down {max(0.0, signals.scaled_down_s):.0f} s ago: the means of the {means} "
-            "still hold seconds when more pods shared the load, no evidence for a further scale-down",
-        )
     if signals.recent_s is None:
         return proposal
     inputs = _Inputs(values, signals, pods, current, tolerances, not_ready)
