@@ -499,6 +499,14 @@ def main() -> int:
             print(
                 f"{label}: under ≤ chain/5: {'met' if v['under_at_most_a_fifth_of_chain'] else 'MISSED'}; over ≤ chain: {'met' if v['over_no_more_than_chain'] else 'MISSED'}"
             )
+        floor = totals.get("floor")
+        if floor is not None and floor["overprovisioned_gpu_s"] > chain_total["overprovisioned_gpu_s"]:
+            # The verdict alone reads as a defect of the scaler; the floor says whether any could meet it.
+            print(
+                f"the floor's surplus ({floor['overprovisioned_gpu_s']:.0f} GPU-s) is above the chain's "
+                f"({chain_total['overprovisioned_gpu_s']:.0f}): under this scale-down window no scaler "
+                "that is never short can meet 'over ≤ chain'; the chain has less by being short"
+            )
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=1))
         print(f"\nwritten to {args.json}")
