@@ -953,6 +953,15 @@ def test_clock_bounded_brings_every_stored_time_to_now_and_leaves_a_sane_state_a
     )
     assert clock_bounded(sane, NOW, 300.0) is sane
 
+    # A stored history out of order (damaged, or hand-written) is read in time order, so the
+    # check of its newest entry, the last, finds the one ahead.
+    unordered = ScalerState.from_dict({"recommendations": [[NOW + HOUR, 5], [NOW - 10, 2]]})
+    assert unordered.recommendations == (TimedValue(NOW - 10, 2), TimedValue(NOW + HOUR, 5))
+    assert clock_bounded(unordered, NOW, 300.0).recommendations == (
+        TimedValue(NOW - 10, 2),
+        TimedValue(NOW, 5),
+    )
+
 
 def test_metrics_that_arrived_after_now_on_a_clock_set_back_are_not_acted_on() -> None:
     """Received and judged on the decider's one clock: metrics "from the future" mean it was set

@@ -88,7 +88,7 @@ class ScalerState:
                     and math.isfinite(item[0])
                 ):
                     out.append(TimedValue(float(item[0]), int(item[1])))
-            return tuple(out)
+            return tuple(sorted(out, key=lambda v: v.ts))  # in time order, as the step keeps them
 
         def opt_ts(key: str) -> float | None:
             v = m.get(key)
@@ -129,18 +129,21 @@ def clock_bounded(state: ScalerState, now: float, longest_retry_s: float) -> Sca
     would keep its stabilization window, rate period, cooldown or wait for as long
     as the clocks differ, an hour's skew an hour with no scale-down. Read as now,
     each lasts its own length once."""
-    pending = state.pending
-    times = [
-        t
-        for t in (state.last_scale_up, state.last_scale_down, state.last_fresh_metrics, state.first_seen)
-        if t is not None
-    ]
-    times += [e.ts for e in (*state.recommendations, *state.scale_up_events, *state.scale_down_events)]
-    if pending is not None:
-        times.append(pending.published_at)
+    pending, never = state.pending, -math.inf
+    # The histories are in time order (appended at now; from_dict sorts): their last is their newest.
+    newest = max(
+        never if state.last_scale_up is None else state.last_scale_up,
+        never if state.last_scale_down is None else state.last_scale_down,
+        never if state.last_fresh_metrics is None else state.last_fresh_metrics,
+        never if state.first_seen is None else state.first_seen,
+        state.recommendations[-1].ts if state.recommendations else never,
+        state.scale_up_events[-1].ts if state.scale_up_events else never,
+        state.scale_down_events[-1].ts if state.scale_down_events else never,
+        never if pending is None else pending.published_at,
+    )
     retry_late = state.retry_at is not None and state.retry_at > now + longest_retry_s
-    if not retry_late and (not times or max(times) <= now):
-        return state  # the common case: nothing to bound
+    if newest <= now and not retry_late:
+        return state  # the common case: nothing to bound (evaluated per message: kept cheap)
 
     def bounded(t: float | None) -> float | None:
         return None if t is None else min(t, now)
