@@ -14,6 +14,7 @@ from gpuscale.logging import get_logger
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS
 from gpuscale.runtime import ServiceContext
+from gpuscale.steadyclock import SteadyClock
 from gpuscale.wire import WorkloadMetrics
 from gpuscale_aggregator.app import AggregatorService
 from gpuscale_aggregator.settings import AggregatorSettings
@@ -22,7 +23,9 @@ from ..waiting import sample_value
 
 
 @asynccontextmanager
-async def running_aggregator(url: str, **overrides: Any) -> AsyncIterator[AggregatorService]:
+async def running_aggregator(
+    url: str, *, clock: SteadyClock | None = None, **overrides: Any
+) -> AsyncIterator[AggregatorService]:
     options: dict[str, Any] = {
         "nats_url": (url,),
         "http_port": 0,
@@ -36,7 +39,7 @@ async def running_aggregator(url: str, **overrides: Any) -> AsyncIterator[Aggreg
     http = ServiceHttp(metrics, host="127.0.0.1", port=0)
     await http.start()
     ctx = ServiceContext("aggregator", settings, metrics, http, log=get_logger(service="aggregator"))
-    service = AggregatorService(ctx)
+    service = AggregatorService(ctx, clock=clock)
     task = asyncio.create_task(service.serve())
     try:
         yield service

@@ -31,6 +31,7 @@ from gpuscale.codec import Reader
 from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, declare_stream, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
+from gpuscale.steadyclock import SteadyClock
 from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.wire import UNSET, SampleBatch, WindowRequest, WireError, WorkloadMetrics
 
@@ -54,6 +55,7 @@ PUBLISH_SLICE: Final = 100
 GC_GEN0_THRESHOLD: Final = 20_000
 DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024  # NATS' own default, until the server says
 CLOCK_CHECK_S: Final = 10.0  # how often nodes' clock offsets are looked at for the log
+WALL_STEP_WARN_S: Final = 1.0  # a wall clock this far from the steady one has stepped: said once
 # Processing-time histograms observe one batch in this many (cheap hot path).
 OBSERVE_EVERY: Final = 8
 _FAST_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -152,6 +154,12 @@ class AggregatorMetrics:
             "Workloads averaged over a window their GPUScaler asked for",
             registry=registry,
         )
+        self.wall_step = Gauge(
+            "gpuscale_aggregator_wall_clock_step_seconds",
+            "How far the host's wall clock has stepped since start (negative: back); the window "
+            "keeps its own steady time (the wall clock at start plus monotonic seconds) until restart",
+            registry=registry,
+        )
         self.span = Gauge(
             "gpuscale_aggregator_window_span_seconds",
             "The longest window the per-pod rings hold (grows with what GPUScalers ask, up to --max-window)",
@@ -160,10 +168,16 @@ class AggregatorMetrics:
 
 
 class AggregatorService:
-    def __init__(self, ctx: ServiceContext, *, tune_gc: bool = False) -> None:
+    def __init__(
+        self, ctx: ServiceContext, *, tune_gc: bool = False, clock: SteadyClock | None = None
+    ) -> None:
         """``tune_gc``: change the process's garbage collector settings (see
-        serve); only for a process of its own, never inside a test runner."""
+        serve); only for a process of its own, never inside a test runner.
+        ``clock``: the window's time (a wall clock that steps back would keep
+        what came before the step in the window for as long as the step)."""
         self.ctx = ctx
+        self.clock = clock or SteadyClock()
+        self._wall_step_said = 0.0
         self.tune_gc = tune_gc
         self.settings: AggregatorSettings = ctx.settings
         self.core = Aggregator(
@@ -212,11 +226,11 @@ class AggregatorService:
         held = self._held
         if held is not None:
             if len(held) < HELD_LIMIT:
-                held.append((msg.subject, msg.data, time.time()))  # placed by when it arrived
+                held.append((msg.subject, msg.data, self.clock()))  # placed by when it arrived
             else:  # bounded memory while JetStream is slow to replay
                 self.m.ignored.labels(reason="held_overflow").inc()
             return
-        self.handle(msg.subject, msg.data, time.time())
+        self.handle(msg.subject, msg.data, self.clock())
         if self._tick % YIELD_EVERY == 0:
             # nats-py runs callbacks back to back while its queue is not empty;
             # let its reader (and PING/PONG) run, or a long backlog looks like a
@@ -261,7 +275,7 @@ class AggregatorService:
             if observe:
                 done = time.perf_counter()
                 self.m.process_seconds.observe(done - started)
-                self.m.batch_age.observe(max(0.0, time.time() - batch.ts))
+                self.m.batch_age.observe(max(0.0, self.clock() - batch.ts))
         elif status in (REJECTED, NODE_MISMATCH):
             self._reject(result.reason, result.detail, result.node or subject_node or "")
         elif overlap and status == DUPLICATE:
@@ -315,7 +329,7 @@ class AggregatorService:
     # --- what each GPUScaler needs -------------------------------------------------
 
     async def on_window(self, msg: Msg) -> None:
-        self.handle_window(msg.subject, msg.data, time.time())
+        self.handle_window(msg.subject, msg.data, self.clock())
 
     def handle_window(self, subject: str, data: bytes, now: float) -> None:
         """A policy's window for its workload (decider -> aggregators). Never raises."""
@@ -371,7 +385,7 @@ class AggregatorService:
             self._reject("bad_subject", f"not a samples subject: {msg.subject[:200]!r}", msg.subject[:200])
             return
         try:
-            batch, rejected_gpus = self.split_reader.read(msg.data, time.time())
+            batch, rejected_gpus = self.split_reader.read(msg.data, self.clock())
         except WireError as e:
             self._reject(e.code, e.detail, node)
             return
@@ -489,7 +503,7 @@ class AggregatorService:
         nc = self.nc
         started = slice_started = time.perf_counter()
         busy = 0.0
-        now = time.time()
+        now = self.clock()
         published = too_large = 0
         limit = nc.max_payload if nc is not None and nc.max_payload else DEFAULT_MAX_PAYLOAD
         for workloads, (workload, message) in enumerate(self.core.iter_messages(now), start=1):
@@ -520,10 +534,23 @@ class AggregatorService:
         if now >= self._next_clock_check:
             self._next_clock_check = now + CLOCK_CHECK_S
             self.clock_watch.check()
+            self._check_wall_step()
         sub = self._live_sub
         if sub is not None:
             self.m.backlog.set(sub.pending_msgs)
         return published
+
+    def _check_wall_step(self) -> None:
+        step = self.clock.step_s()
+        self.m.wall_step.set(step)
+        if abs(step - self._wall_step_said) >= WALL_STEP_WARN_S:
+            self._wall_step_said = step
+            self.log.warning(
+                "wall_clock_stepped",
+                step_s=round(step, 3),
+                detail="the window keeps its own steady time (the wall clock at start plus monotonic "
+                "seconds): messages' ts are off the wall clock by this much until a restart",
+            )
 
     def _too_large(
         self, workload: tuple[str, str, str], message: WorkloadMetrics, size: int, limit: int
