@@ -549,7 +549,8 @@ class AggregatorService:
                 "wall_clock_stepped",
                 step_s=round(step, 3),
                 detail="the window keeps its own steady time (the wall clock at start plus monotonic "
-                "seconds): messages' ts are off the wall clock by this much until a restart",
+                "seconds), and messages' ts are off the wall clock by this much until a restart; a "
+                "restart takes the wall clock as it is now (receivers refuse a ts over 60 s ahead of theirs)",
             )
 
     def _too_large(
