@@ -72,8 +72,10 @@ def test_a_wall_clock_set_back_an_hour_leaves_the_window_following_the_load() ->
 
 
 def test_on_the_wall_clock_itself_the_same_step_froze_the_old_load() -> None:
-    """What the steady clock is for: placed by the stepping wall clock, the buckets from
-    before the step sit in the window's future and the new load never shows."""
+    """The control for the test above (without it, that one could pass on a scenario that
+    steps nothing): placed by the stepping wall clock, the buckets from before the step sit
+    in the window's future and the new load never shows. Should the core come to handle a
+    `now` that goes back by itself, this fails, and the steady clock is then a choice."""
     assert max(_util_seen_after_a_step_back("wall")) < 40.0
 
 
