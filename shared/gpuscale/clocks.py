@@ -121,3 +121,11 @@ class SenderClocks:
 
     def __len__(self) -> int:
         return len(self._senders)
+
+
+def due(last: float, now: float, every_s: float) -> bool:
+    """``every_s`` has passed since ``last`` on a wall clock, or the clock was set back
+    past ``last`` (the time since is unknown): waiting the skew out would stall a
+    repeat, a refresh or a cache's expiry for as long as the step."""
+    elapsed = now - last
+    return elapsed >= every_s or elapsed < 0.0

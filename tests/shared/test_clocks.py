@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscale.clocks import MAX_SENDERS, SenderClocks
+from gpuscale.clocks import MAX_SENDERS, SenderClocks, due
 
 T0 = 1_800_000_000.0
 
@@ -72,3 +72,12 @@ def test_senders_are_bounded() -> None:
     for i in range(MAX_SENDERS + 10):
         clocks.place(f"node-{i}", T0, T0)
     assert len(clocks) == MAX_SENDERS
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "is_due"),
+    [(0.0, False), (14.9, False), (15.0, True), (600.0, True), (-0.001, True), (-3600.0, True)],
+    ids=["just-done", "not-yet", "on-time", "long-ago", "clock-back-a-little", "clock-back-an-hour"],
+)
+def test_due_after_the_period_or_at_once_on_a_clock_set_back(elapsed: float, is_due: bool) -> None:
+    assert due(1_000.0, 1_000.0 + elapsed, 15.0) is is_due

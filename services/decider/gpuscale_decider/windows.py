@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
+from gpuscale.clocks import due
 from gpuscale.logging import get_logger
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import WorkloadKey
@@ -28,13 +29,6 @@ REPEAT_S: Final = 15.0
 TTL_S: Final = 60.0
 # A metrics message on another window asks again, at most this often per target.
 RETRY_S: Final = 2.0
-
-
-def _due(sent_at: float, now: float, every_s: float) -> bool:
-    """Due ``every_s`` after the last, or at once where the clock was set back past it:
-    waiting the skew out would let the aggregators' requests lapse (TTL_S)."""
-    elapsed = now - sent_at
-    return elapsed >= every_s or elapsed < 0.0
 
 
 async def nowhere(_: WindowRequest) -> None:
@@ -55,7 +49,7 @@ class WindowRequester:
             present.add(w.key)
             need = window_need(w.scaler.spec)
             sent = self._sent.get(w.key)
-            if sent is None or sent[0] != need or _due(sent[1], now, REPEAT_S):
+            if sent is None or sent[0] != need or due(sent[1], now, REPEAT_S):
                 await self._send(w, need, now)
         for key in [k for k in self._sent if k not in present]:
             del self._sent[key]
@@ -63,7 +57,7 @@ class WindowRequester:
     async def mismatch(self, w: Workload, now: float) -> None:
         """Metrics arrived over another window than the policy's: ask again now."""
         sent = self._sent.get(w.key)
-        if sent is None or _due(sent[1], now, RETRY_S):
+        if sent is None or due(sent[1], now, RETRY_S):
             await self._send(w, window_need(w.scaler.spec), now)
 
     async def _send(self, w: Workload, need: WindowNeed, now: float) -> None:

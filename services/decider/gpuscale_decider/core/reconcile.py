@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
+from gpuscale.clocks import due
 from gpuscale.policy import GPUScaler, GPUScalerSpec, Mode
 from gpuscale.wire import UNSET, Action, WorkloadMetrics
 from gpuscale_decider.core.behavior import Direction, clamp_rate_and_bounds, cooldown, normalize
@@ -803,8 +804,7 @@ def _with_status(
     metric values moved, at most every ``status_refresh_s``. The status is
     built only then: most evaluations write nothing."""
     written = step.memory.written
-    # A write "in the future" is one before the clock was set back: refresh, not wait the skew out.
-    if signature == written.signature and 0.0 <= now - written.at < config.status_refresh_s:
+    if signature == written.signature and not due(written.at, now, config.status_refresh_s):
         return step
     status = build()
     if not status_differs(written.status, status):
