@@ -215,3 +215,37 @@ async def test_the_action_report_ends_the_wait_at_once() -> None:
         )
         == 1
     )
+
+
+async def test_a_clock_set_back_an_hour_still_re_evaluates_at_the_next_tick() -> None:
+    """Waiting the skew out, the periodic evaluation (staleness, fallback, timeouts) stalled
+    for the hour: metrics that arrived "after now" must be judged, and said, at once."""
+    decider, _, status, clock = make()
+    decider.registry.set_policies([policy()], [])
+    await decider.handle_metrics(*message(70.0, 2))
+    await decider.idle()
+    clock["now"] = NOW - 3600.0
+    await decider.tick(5.0)
+    await decider.idle()
+    active = {c["type"]: c for c in status.last("bert")["conditions"]}["ScalingActive"]
+    assert active["status"] == "False"
+    assert "clock was set back 3600 s" in active["message"]
+
+
+async def test_a_cached_scale_is_read_again_after_a_clock_set_back() -> None:
+    """Waiting the skew out, the replica count read before the step was used for the hour."""
+    from gpuscale_decider.sources import KubeScaleSource
+
+    reads: list[int] = []
+
+    class Client:
+        async def get(self, ref: ScaleTargetRef) -> ScaleState:
+            reads.append(len(reads) + 2)
+            return ScaleState(reads[-1], str(len(reads)), "app=bert", reads[-1])
+
+    source = KubeScaleSource(None, ttl_s=1.0)  # type: ignore[arg-type]  # the client is replaced
+    source.client = Client()  # type: ignore[assignment]
+    ref = ScaleTargetRef("apps/v1", "Deployment", "bert", "default")
+    assert (await source.read(ref, NOW)).replicas == 2
+    assert (await source.read(ref, NOW + 0.5)).replicas == 2  # cached
+    assert (await source.read(ref, NOW - 3600.0)).replicas == 3

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuscale.clocks import due
 from gpuscale.kube import KubeError
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
@@ -276,7 +277,7 @@ class Decider:
         now = self.clock()
         await self.windows.tick(list(self.workloads.values()), now)
         for w in list(self.workloads.values()):
-            if now - w.last_evaluated >= interval_s:
+            if due(w.last_evaluated, now, interval_s):
                 await self.evaluate(w, now)
         await self.flush()
 

@@ -29,6 +29,7 @@ from kubernetes_asyncio.client import ApiClient
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
+from gpuscale.clocks import due
 from gpuscale.kube import ScaleClient, ScaleState, ScaleTargetRef
 from gpuscale.subjects import WorkloadKey, escape_token
 from gpuscale_decider.core.replicas import Phase, PodView
@@ -111,7 +112,7 @@ class KubeScaleSource:
 
     async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
         cached = self._cache.get(ref)
-        if cached is not None and now - cached.read_at < self.ttl_s:
+        if cached is not None and not due(cached.read_at, now, self.ttl_s):
             return cached.scale
         inflight = self._inflight.get(ref)
         if inflight is not None:
