@@ -8,7 +8,7 @@ when a sender's offset passes the bound, and once more when it is back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Final
 
 from prometheus_client import CollectorRegistry
@@ -35,8 +35,13 @@ class ClockWatch(Collector):
         documentation: str,
         label: str,
         warn_s: float = OFFSET_WARN_S,
+        shift: Callable[[], float] | None = None,
     ) -> None:
+        """``shift``: added to every offset shown, where arrivals are read on a
+        clock other than the wall one (the aggregator's steady window clock: the
+        wall clock minus it), so an offset stays the sender's from the wall."""
         self.clocks = clocks
+        self.shift = shift
         self.name = name
         self.documentation = documentation
         self.label = label
@@ -45,9 +50,14 @@ class ClockWatch(Collector):
         self._log = get_logger(component="clocks")
         registry.register(self)
 
+    def _offsets(self) -> Iterator[tuple[Hashable, float]]:
+        shift = self.shift() if self.shift is not None else 0.0
+        for sender, offset in self.clocks:
+            yield sender, offset + shift
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(self.name, self.documentation, labels=[self.label])
-        for sender, offset in self.clocks:
+        for sender, offset in self._offsets():
             family.add_metric([str(sender)], offset)
         yield family
 
@@ -56,10 +66,10 @@ class ClockWatch(Collector):
 
     def check(self) -> None:
         """Log the senders that crossed the bound since the last check, either way."""
+        offsets = {str(sender): offset for sender, offset in self._offsets()}
         now_off: set[str] = set()
-        for sender, offset in self.clocks:
+        for name, offset in offsets.items():
             if abs(offset) > self.warn_s:
-                name = str(sender)
                 now_off.add(name)
                 if name not in self._warned:
                     self._log.warning(
@@ -70,7 +80,7 @@ class ClockWatch(Collector):
                         detail="its messages are placed by arrival; check its time sync (chrony, NTP)",
                     )
         for name in self._warned - now_off:
-            back = self.clocks.offset(name)
+            back = offsets.get(name)
             if back is not None:  # still speaking, back within the bound
                 self._log.info("clock_offset_back", **{self.label: name}, offset_s=round(back, 3))
         self._warned = now_off

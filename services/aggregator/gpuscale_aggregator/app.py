@@ -157,7 +157,8 @@ class AggregatorMetrics:
         self.wall_step = Gauge(
             "gpuscale_aggregator_wall_clock_step_seconds",
             "How far the host's wall clock has stepped since start (negative: back); the window "
-            "keeps its own steady time (the wall clock at start plus monotonic seconds) until restart",
+            "keeps its own steady time (the wall clock at start plus monotonic seconds), timestamps "
+            "in and out follow the wall clock",
             registry=registry,
         )
         self.span = Gauge(
@@ -174,9 +175,13 @@ class AggregatorService:
         """``tune_gc``: change the process's garbage collector settings (see
         serve); only for a process of its own, never inside a test runner.
         ``clock``: the window's time (a wall clock that steps back would keep
-        what came before the step in the window for as long as the step)."""
+        what came before the step in the window for as long as the step). What
+        crosses the process boundary is on the wall clock, as every other
+        component's is: timestamps are checked against it and published on it
+        (``_wall_offset_s``, the wall clock minus this one, taken each publish cycle)."""
         self.ctx = ctx
         self.clock = clock or SteadyClock()
+        self._wall_offset_s = self.clock.step_s()
         self._wall_step_said = 0.0
         self.tune_gc = tune_gc
         self.settings: AggregatorSettings = ctx.settings
@@ -198,6 +203,7 @@ class AggregatorService:
             documentation="Each node's usual batch arrival minus its ts (median of recent batches): "
             "its clock's offset from this aggregator's, plus transit. Batches are placed by arrival.",
             label="node",
+            shift=lambda: self._wall_offset_s,  # arrivals are on the steady clock: offsets from the wall
         )
         self._next_clock_check = 0.0
         self.window_reader = Reader(WindowRequest, on_unknown=ctx.metrics.unknown_field)
@@ -255,7 +261,7 @@ class AggregatorService:
                 self._reject("bad_subject", f"not a samples subject: {subject[:200]!r}", subject[:200])
                 return
         try:
-            batch, rejected_gpus = self.core.reader.read(data, now)
+            batch, rejected_gpus = self.core.reader.read(data, now + self._wall_offset_s)
         except WireError as e:
             self._reject(e.code, e.detail, subject_node or subject[:200])
             return
@@ -275,7 +281,7 @@ class AggregatorService:
             if observe:
                 done = time.perf_counter()
                 self.m.process_seconds.observe(done - started)
-                self.m.batch_age.observe(max(0.0, self.clock() - batch.ts))
+                self.m.batch_age.observe(max(0.0, self.clock() + self._wall_offset_s - batch.ts))
         elif status in (REJECTED, NODE_MISMATCH):
             self._reject(result.reason, result.detail, result.node or subject_node or "")
         elif overlap and status == DUPLICATE:
@@ -341,7 +347,7 @@ class AggregatorService:
             self._reject_window("bad_subject", str(e), subject[:200])
             return
         try:
-            request = self.window_reader.decode(data, now)
+            request = self.window_reader.decode(data, now + self._wall_offset_s)
         except WireError as e:
             self._reject_window(e.code, e.detail, str(key))
             return
@@ -385,7 +391,7 @@ class AggregatorService:
             self._reject("bad_subject", f"not a samples subject: {msg.subject[:200]!r}", msg.subject[:200])
             return
         try:
-            batch, rejected_gpus = self.split_reader.read(msg.data, self.clock())
+            batch, rejected_gpus = self.split_reader.read(msg.data, self.clock() + self._wall_offset_s)
         except WireError as e:
             self._reject(e.code, e.detail, node)
             return
@@ -471,7 +477,8 @@ class AggregatorService:
                 for msg in msgs:
                     # Placed by when the stream stored it (the NATS server's clock), so a
                     # restart puts every sample back where the live path had put it.
-                    self.handle(msg.subject, msg.data, msg.metadata.timestamp.timestamp())
+                    stored = msg.metadata.timestamp.timestamp()
+                    self.handle(msg.subject, msg.data, stored - self._wall_offset_s)
                     count += 1
                     if msg.metadata.sequence.stream >= last_seq:
                         reached = True
@@ -504,9 +511,12 @@ class AggregatorService:
         started = slice_started = time.perf_counter()
         busy = 0.0
         now = self.clock()
+        self._wall_offset_s = offset = self.clock.step_s()
+        self.m.wall_step.set(offset)
         published = too_large = 0
         limit = nc.max_payload if nc is not None and nc.max_payload else DEFAULT_MAX_PAYLOAD
-        for workloads, (workload, message) in enumerate(self.core.iter_messages(now), start=1):
+        messages = self.core.iter_messages(now, wall_offset_s=offset)
+        for workloads, (workload, message) in enumerate(messages, start=1):
             if message is not None and nc is not None:
                 data = codec.encode(message)
                 if len(data) > limit:
@@ -541,16 +551,14 @@ class AggregatorService:
         return published
 
     def _check_wall_step(self) -> None:
-        step = self.clock.step_s()
-        self.m.wall_step.set(step)
+        step = self._wall_offset_s
         if abs(step - self._wall_step_said) >= WALL_STEP_WARN_S:
             self._wall_step_said = step
             self.log.warning(
                 "wall_clock_stepped",
                 step_s=round(step, 3),
                 detail="the window keeps its own steady time (the wall clock at start plus monotonic "
-                "seconds), and messages' ts are off the wall clock by this much until a restart; a "
-                "restart takes the wall clock as it is now (receivers refuse a ts over 60 s ahead of theirs)",
+                "seconds), so what it holds stays in order; timestamps in and out follow the wall clock",
             )
 
     def _too_large(

@@ -158,9 +158,11 @@ class Aggregator:
         """Expire, then every workload's metrics message (tests, tools)."""
         return [m for _, m in self.iter_messages(now) if m is not None]
 
-    def iter_messages(self, now: float) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
+    def iter_messages(
+        self, now: float, *, wall_offset_s: float = 0.0
+    ) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
         """See :meth:`WindowStore.iter_messages`; also forgets silent sources."""
         for node in self.sequences.forget_before(now - self.store.span_s):
             if isinstance(node, str):
                 self.clocks.forget(node)
-        return self.store.iter_messages(now)
+        return self.store.iter_messages(now, wall_offset_s=wall_offset_s)

@@ -652,11 +652,13 @@ class WindowStore:
         return [m for _, m in self.iter_messages(now) if m is not None]
 
     def iter_messages(
-        self, now: float, *, build: bool = True
+        self, now: float, *, build: bool = True, wall_offset_s: float = 0.0
     ) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
         """Workload by workload: expire, then its metrics message. A caller may
         yield to its event loop between steps; ingesting meanwhile is safe (this
-        iterates over a copy)."""
+        iterates over a copy). ``wall_offset_s``: added to the times the messages
+        carry (``ts``, ``since``, ``last_seen``) where the window runs on a clock of
+        its own and receivers compare them with their wall clocks."""
         self._lapse(now)
         default_window = self.config.window_s
         wanted_by = self.wanted
@@ -691,7 +693,7 @@ class WindowStore:
                 recent_s = wanted.recent_s
                 if wanted.covers_from > cutoff and (since is None or wanted.covers_from > since):
                     since = wanted.covers_from  # a longer window than was kept: say what it covers
-            yield workload, self._message(workload, members, now, since, window, recent_s)
+            yield workload, self._message(workload, members, now, since, window, recent_s, wall_offset_s)
 
     def _capacity_change(self, members: dict[str, int], cutoff: float) -> float | None:
         """When a pod joined the others within the window (a scale-up's pod became
@@ -713,6 +715,7 @@ class WindowStore:
         since: float | None = None,
         window_s: float | None = None,
         recent_s: float | None = None,
+        wall_offset_s: float = 0.0,
     ) -> WorkloadMetrics:
         """The metrics message: per pod the window means (pinned to the contract's
         ranges: sums may leave 100.0000001 behind), per workload the mean over
@@ -753,9 +756,11 @@ class WindowStore:
             seen = last_seen[pid]
             values = MetricValues(v0, v1, v2, v3, v4, v5, *engine_means)
             if recent_s is None:
-                pods_out.append(PodMetrics(pod, values, seen))
+                pods_out.append(PodMetrics(pod, values, seen + wall_offset_s))
             else:
-                pods_out.append(PodMetrics(pod, values, seen, self._recent(pid, now - recent_s)))
+                pods_out.append(
+                    PodMetrics(pod, values, seen + wall_offset_s, self._recent(pid, now - recent_s))
+                )
             if now - seen > stale_after * intervals[pid]:
                 stale += 1
                 continue
@@ -799,14 +804,14 @@ class WindowStore:
             namespace=workload[0],
             kind=workload[1],
             name=workload[2],
-            ts=now,
+            ts=now + wall_offset_s,
             window_s=self.config.window_s if window_s is None else window_s,
             pods=tuple(pods_out),
             averages=averages,
             pods_fresh=fresh,
             pods_stale=stale,
             source=self.config.source or UNSET,
-            since=UNSET if since is None else since,
+            since=UNSET if since is None else since + wall_offset_s,
             recent_s=UNSET if recent_s is None else recent_s,
         )
 
