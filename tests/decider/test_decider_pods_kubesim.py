@@ -8,6 +8,7 @@ to minReplicas (TooFewReplicas)."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -130,5 +131,52 @@ def test_pod_index_answers_selectors_as_the_api_server_would() -> None:
     assert relabelled is not None
     index.put(*relabelled)
     assert names("app=bert,tier=gpu") == []
+    # A pod that becomes ready, its labels unchanged, is read so at the next selection.
+    started = pod_of(pod("bert-b", {"app": "bert", "tier": "cpu"}))
+    assert started is not None
+    index.put(*started)
+    views = {v.name: v for v in index.select("ml", "app=bert") or ()}
+    assert (views["bert-b"].phase, views["bert-b"].ready) == ("Running", True)
     index.put("ml", "bert-b", None)
     assert names("app=bert") == ["bert-a", "bert-c"]
+
+
+def test_kept_selections_always_answer_as_a_fresh_index_would() -> None:
+    """Selections are kept between pod changes (a workload is evaluated every second,
+    its pods change rarely). Random changes (labels moved, pods readied, deleted, the
+    last pod carrying a label gone and the label back) against a fresh index's answer
+    to every selector after each change: a kept answer is never out of date."""
+    rng = random.Random(14)
+    selectors = (
+        "app=bert",
+        "app=bert,tier=gpu",
+        "app in (bert, llama)",
+        "app in (bert, llama),tier!=cpu",
+        "tier=gpu,app notin (llama)",
+        "tier",
+        "!tier",
+        "app=gone",
+    )
+    kept = PodIndex()
+    live: dict[str, dict[str, Any]] = {}
+    for _ in range(3000):
+        name = f"pod-{rng.randrange(12)}"
+        if name in live and rng.random() < 0.2:
+            del live[name]
+            kept.put("ml", name, None)
+        else:
+            labels = {"app": rng.choice(("bert", "llama", "gone"))}
+            if rng.random() < 0.7:
+                labels["tier"] = rng.choice(("gpu", "cpu"))
+            obj = pod(name, labels, phase=rng.choice(("Running", "Pending")), ready=rng.random() < 0.5)
+            live[name] = obj
+            found = pod_of(obj)
+            assert found is not None
+            kept.put(*found)
+        fresh = PodIndex()
+        for obj in live.values():
+            found = pod_of(obj)
+            assert found is not None
+            fresh.put(*found)
+        for selector in rng.sample(selectors, 3):
+            assert kept.select("ml", selector) == fresh.select("ml", selector), selector

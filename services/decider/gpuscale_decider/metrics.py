@@ -24,6 +24,7 @@ class _WorkloadSeries:
         self.bounds = bounds
         self.current = m.replicas_current.labels(*labels)
         self.desired = m.replicas_desired.labels(*labels)
+        self.counts: tuple[int, int] | None = None  # (current, desired) as last set
         m.replicas_min.labels(*labels).set(bounds[0])
         m.replicas_max.labels(*labels).set(bounds[1])
         # Created when a value arrives and removed when it goes: no series rather than a stale one.
@@ -88,6 +89,9 @@ class DeciderMetrics:
             registry=r,
         )
         self._conditions: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+        # The status last reported per GPUScaler: the same object again (most evaluations
+        # write nothing) has the same conditions, so it is not walked again.
+        self._reported: dict[tuple[str, str], Mapping[str, Any]] = {}
 
         self.publish_failures = Counter(
             "gpuscale_decider_publish_failures_total",
@@ -140,8 +144,10 @@ class DeciderMetrics:
         series = self._series.get(key)
         if series is None or series.targets != targets or series.bounds != bounds:
             series = self._series[key] = _WorkloadSeries(self, key, targets, bounds)
-        series.current.set(current)
-        series.desired.set(desired)
+        if series.counts != (current, desired):  # a gauge's set takes a lock: only on a change
+            series.counts = (current, desired)
+            series.current.set(current)
+            series.desired.set(desired)
         for metric in targets:
             value = None if averages is None else averages.get(metric)
             child = series.values.get(metric)
@@ -158,7 +164,11 @@ class DeciderMetrics:
 
     def conditions(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """The conditions of a status being written."""
-        known = self._conditions.setdefault((namespace, name), {})
+        key = (namespace, name)
+        if self._reported.get(key) is status:
+            return
+        self._reported[key] = status
+        known = self._conditions.setdefault(key, {})
         for c in status.get("conditions") or ():
             if not isinstance(c, Mapping) or not isinstance(c.get("type"), str):
                 continue
@@ -176,7 +186,10 @@ class DeciderMetrics:
         """A GPUScaler deleted, or (no arguments) every one: a decider that is no
         longer the leader must not keep reporting what it last saw."""
         keys = list(self._conditions) if namespace is None else [(namespace, name or "")]
+        if namespace is None:
+            self._reported.clear()
         for key in keys:
+            self._reported.pop(key, None)
             for type_, (status, reason) in self._conditions.pop(key, {}).items():
                 with contextlib.suppress(KeyError):
                     self.condition.remove(*key, type_, status, reason)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -19,6 +19,9 @@ from gpuscale.kubewatch import Reflector
 from gpuscale.labels import LabelSelector, SelectorError, parse_selector
 from gpuscale.logging import get_logger
 from gpuscale_decider.core.replicas import PodView
+
+# Selector operators answered from the (label, value) index.
+_LOOKED_UP: Final = frozenset({"=", "in"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +60,26 @@ class PodIndex:
         self._pods: dict[str, dict[str, _Pod]] = {}
         self._by_label: dict[str, dict[tuple[str, str], set[str]]] = {}
         self._selectors: dict[str, LabelSelector | None] = {}
+        # A workload is evaluated every second and its pods change rarely, so selections
+        # are kept, each with the version it was made at: per (label, value) the selector
+        # looks up, the last change to a pod carrying it (before or after the change; 0:
+        # no pod carries it), or the namespace's last change for a selector without one.
+        # Equal versions, equal answers: a pod in the answer then or now carries every
+        # looked-up label it matched by, so a change to it moved that label's version.
+        self._change = 0
+        self._namespace_change: dict[str, int] = {}
+        self._label_change: dict[str, dict[tuple[str, str], int]] = {}
+        self._lookups: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._selected: dict[tuple[str, str], tuple[tuple[int, ...], tuple[PodView, ...]]] = {}
         self.log = get_logger(component="pod_watch")
 
     def __len__(self) -> int:
         return sum(len(p) for p in self._pods.values())
 
     def put(self, namespace: str, name: str, pod: _Pod | None) -> None:
+        self._change = change = self._change + 1
+        self._namespace_change[namespace] = change
+        changed = self._label_change.setdefault(namespace, {})
         pods = self._pods.setdefault(namespace, {})
         index = self._by_label.setdefault(namespace, {})
         old = pods.pop(name, None)
@@ -73,15 +90,36 @@ class PodIndex:
                     names.discard(name)
                     if not names:
                         del index[label]
+                        changed.pop(label, None)
+                        continue
+                changed[label] = change
         if pod is not None:
             pods[name] = pod
             for label in pod.labels.items():
                 index.setdefault(label, set()).add(name)
+                changed[label] = change
 
     def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
         parsed = self._selector(selector)
         if parsed is None:
             return None
+        lookups = self._lookups[selector]
+        if lookups:
+            changed = self._label_change.get(namespace, {})
+            version = tuple(changed.get(label, 0) for label in lookups)
+        else:
+            version = (self._namespace_change.get(namespace, 0),)
+        key = (namespace, selector)
+        made = self._selected.get(key)
+        if made is not None and made[0] == version:
+            return made[1]
+        selected = self._select(namespace, parsed)
+        if len(self._selected) > 100_000:  # bounded: one per target, few and stable
+            self._selected.clear()
+        self._selected[key] = (version, selected)
+        return selected
+
+    def _select(self, namespace: str, parsed: LabelSelector) -> tuple[PodView, ...]:
         pods = self._pods.get(namespace)
         if not pods:
             return ()
@@ -89,7 +127,7 @@ class PodIndex:
         candidates: set[str] | None = None
         rest = []
         for r in parsed.requirements:
-            if r.op not in ("=", "in"):
+            if r.op not in _LOOKED_UP:
                 rest.append(r)
                 continue
             names: set[str] = set()
@@ -97,7 +135,7 @@ class PodIndex:
                 names |= index.get((r.key, value), set())
             candidates = names if candidates is None else candidates & names
         if candidates is None:  # no equality to look up: every pod of the namespace is a candidate
-            return tuple(p.view for p in pods.values() if parsed.matches(p.labels))
+            return tuple(pods[n].view for n in sorted(pods) if parsed.matches(pods[n].labels))
         chosen = (pods[n] for n in sorted(candidates))
         return tuple(p.view for p in chosen if all(r.holds(p.labels) for r in rest))
 
@@ -105,11 +143,16 @@ class PodIndex:
         if text not in self._selectors:
             if len(self._selectors) > 10_000:  # bounded: selectors come from the targets, few and stable
                 self._selectors.clear()
+                self._lookups.clear()
             try:
-                self._selectors[text] = parse_selector(text)
+                parsed = self._selectors[text] = parse_selector(text)
             except SelectorError as e:
                 self._selectors[text] = None
                 self.log.warning("target_selector_unparsable", selector=text[:200], error=str(e))
+            else:
+                self._lookups[text] = tuple(
+                    (r.key, value) for r in parsed.requirements if r.op in _LOOKED_UP for value in r.values
+                )
         return self._selectors[text]
 
 

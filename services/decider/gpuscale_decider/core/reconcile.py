@@ -104,7 +104,11 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
     recently seen pods are the fresh ones (the aggregator calls a pod stale
     when its newest sample is too old, so freshness follows ``last_seen``)."""
     pods = message.pods
-    fresh = sorted(pods, key=lambda p: p.last_seen, reverse=True)[: message.pods_fresh]
+    fresh = (
+        pods
+        if message.pods_fresh >= len(pods)  # the usual case: every pod listed is fresh
+        else sorted(pods, key=lambda p: p.last_seen, reverse=True)[: message.pods_fresh]
+    )
     values: dict[str, dict[str, float]] = {}
     recent: dict[str, dict[str, float]] = {}
     for pod in fresh:
@@ -309,7 +313,7 @@ def reconcile(
     state, notes = _settle_pending(state, current, now, config, longest_period(spec))
     state = _seen(state, current, now)
     evaluation, state = _evaluate(spec, current, target, pods, observation, state, now, config)
-    if observation is not None and evaluation.fresh:
+    if observation is not None and evaluation.fresh and observation.span_s is not None:
         evaluation = replace(evaluation, steps=(*evaluation.steps, *_averages_notes(observation, spec)))
 
     shadow = spec.mode is Mode.SHADOW

@@ -119,7 +119,7 @@ def milli(value: float) -> int:
     """A value as a Kubernetes quantity's ``MilliValue()`` (rounded up); the
     small epsilon keeps binary noise (0.1 × 1000 = 100.00000000000001) from
     rounding a whole milli-unit up."""
-    return math.ceil(min(value, _MILLI_INPUT_MAX) * 1000.0 - 1e-6)
+    return math.ceil((value if value < _MILLI_INPUT_MAX else _MILLI_INPUT_MAX) * 1000.0 - 1e-6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +225,7 @@ def metric_proposal(
         return MetricProposal(name, target, Rule.NO_VALUE, current, groups=groups, error=why)
 
     target_milli = milli(target)
-    total = sum(milli(v) for v in counted.values())
+    total = sum(map(milli, counted.values()))
     ratio, usage_milli = _usage_ratio(total, len(counted), target_milli)
     usage = usage_milli / 1000.0
     scale_up_with_unready = groups.unready > 0 and ratio > 1.0
