@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -239,14 +240,14 @@ class RunningCollector:
 
 @contextlib.asynccontextmanager
 async def running_collector(
-    settings: CollectorSettings, backend: Any = None
+    settings: CollectorSettings, backend: Any = None, wall: Callable[[], float] = time.time
 ) -> AsyncIterator[RunningCollector]:
     """The collector's serve() in this process with a real HTTP server, as the runtime runs it."""
     metrics = ServiceMetrics("collector")
     http = ServiceHttp(metrics, host="127.0.0.1", port=0)
     await http.start()
     ctx = ServiceContext("collector", settings, metrics, http)
-    collector = Collector(ctx, backend=backend)
+    collector = Collector(ctx, backend=backend, wall=wall)
     task = asyncio.create_task(collector.run())
     try:
         yield RunningCollector(collector, ctx, task)

@@ -16,6 +16,7 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +156,13 @@ class CgroupResolver:
 
 
 class Collector:
-    def __init__(self, ctx: ServiceContext, backend: Backend | None = None) -> None:
+    def __init__(
+        self, ctx: ServiceContext, backend: Backend | None = None, *, wall: Callable[[], float] = time.time
+    ) -> None:
+        """``wall``: the clock samples are stamped and ticks are placed on (a phase of
+        the wall clock's seconds, the same on every node)."""
         self.ctx = ctx
+        self.wall = wall
         self.settings: CollectorSettings = ctx.settings
         self.log = get_logger(service=SERVICE, node=self.settings.node_name)
         self.metrics = CollectorMetrics(ctx.metrics.registry)
@@ -303,23 +309,31 @@ class Collector:
         interval = self.settings.interval_s
         phase = node_phase(self.settings.node_name, interval)
         loop = asyncio.get_running_loop()
-        due = next_tick(time.time(), interval, phase)
+        wall = self.wall
+        due = next_tick(wall(), interval, phase)
+        offset = wall() - loop.time()  # the wall clock against the monotonic one
         while not self.ctx.stop.is_set():
-            delay = due - time.time()
+            delay = due - wall()
             if delay > 0:
                 await sleep_unless_stopped(self.ctx.stop, delay)
                 if self.ctx.stop.is_set():
                     return
             started = loop.time()
             try:
-                await self.tick(time.time())
+                await self.tick(wall())
             except Exception as e:
                 if self._once.first("tick_failed", type(e).__name__):
                     self.log.error("tick_failed", error=f"{type(e).__name__}: {e}", exc_info=e)
-            self.metrics.tick_seconds.observe(loop.time() - started)
-            nxt = next_tick(time.time(), interval, phase)
+            done = loop.time()
+            self.metrics.tick_seconds.observe(done - started)
+            now = wall()
+            nxt = next_tick(now, interval, phase)
+            # Slots of the grid passed without a tick (a tick or the event loop too slow);
+            # not where the wall clock itself stepped (set forward an hour: no 3,600 skipped).
+            stepped = abs(now - done - offset) > interval / 2
+            offset = now - done
             skipped = round((nxt - due) / interval) - 1
-            if skipped > 0:
+            if skipped > 0 and not stepped:
                 self.metrics.ticks_skipped.inc(skipped)
             due = nxt
 
