@@ -319,6 +319,41 @@ CASES = {
         3,
         "20.0 requests/s arrive and a pod with a queue finishes 8.0/s, so the capacity of 3 pods",
     ),
+    "the step as the aggregator sent it: level 2.7 under target, but 11.7 arrive/s for 5.3 finished: 3 now": Case(
+        # bench/scenarios.py's step, read off the wire 2 s after the load rose: HPA keeps 1 (2.7 / 4 within
+        # the tolerance); 2 s later the level read 16 and HPA asked ceil(16/4) = 4, one pod over the 3 that
+        # serve the arrivals. At 6.4 more a second the level passes 4.4 within the 3 s span.
+        QUEUE,
+        1,
+        (queue_pod(0.3, 2.7, request_arrival_rate=11.7, request_completion_rate=5.3),),
+        3,
+        "the queue (2.7 over the last 3 s) passes the target within 3 s at the rate it grows (6.4 requests/s "
+        "per pod): 11.7 requests/s arrive and a pod with a queue finishes 5.3/s, so the capacity of 3 pods",
+    ),
+    "queue under target, arrivals within the tolerance of what finishes (8.4 for 8): HPA's ceil(3 x 1.5/4) = 2": Case(
+        QUEUE,
+        3,
+        tuple(queue_pod(1.2, 1.5, request_arrival_rate=8.4, request_completion_rate=8) for _ in range(3)),
+        2,
+        "",
+        "passes the target",
+    ),
+    "queue under target, growing 1 a second from 1: past 4.4 in 4 s, not within 3 s: HPA's ceil(2 x 1/4) = 1": Case(
+        # A queue the target allows is the user's to allow; a slow rise is the level's to answer.
+        QUEUE,
+        2,
+        tuple(queue_pod(0.8, 1, request_arrival_rate=9, request_completion_rate=8) for _ in range(2)),
+        1,
+        "",
+        "passes the target",
+    ),
+    "queue under target and growing fast, but a pod of the target still starting: keep 2": Case(
+        QUEUE,
+        2,
+        (queue_pod(0.3, 2.7, request_arrival_rate=11.7, request_completion_rate=5.3), *pending(1)),
+        2,
+        "starting: capacity already requested",
+    ),
     "queue steady above target, pods finishing all that arrives: the target decides: HPA's 7, not the flows' 4": Case(
         # A queue at high utilization need not drain however the flows add up: they never lower HPA's answer.
         QUEUE,
@@ -353,6 +388,17 @@ CASES = {
         6,
         "only as requests give up: 16.0 requests/s arrive and a pod with a queue finishes 8.5/s, "
         "so the capacity of 3 pods",
+    ),
+    "a new burst after a backlog worked off (13.5 in the window, 1.2 now): what arrives sizes it, 4, not HPA's 11": Case(
+        # bench/scenarios.py's bursty trace: 3 pods had worked off the first burst's backlog when the second
+        # began (25.6 requests/s for 3 x 8). The window's level is that backlog, gone: HPA's ceil(3 x 13.5/4)
+        # = 11 (limited to 7) read it as demand; the queue now is within the target.
+        QUEUE,
+        3,
+        tuple(queue_pod(13.5, 1.2, request_arrival_rate=8.53, request_completion_rate=8) for _ in range(3)),
+        4,
+        "the queue is within its target now (1.2 over the last 3 s, 13.5 in the window: a backlog worked off), "
+        "but 25.6 requests/s arrive and a pod with a queue finishes 8.0/s, so the capacity of 4 pods",
     ),
     "queue falling and the flows show capacity to spare (12 arrive, 2 x 8 finish): the capacity is enough: keep 2": Case(
         QUEUE,

@@ -58,9 +58,13 @@ pinned rule, too, takes no further step while pods start.
 shortfall the level is still small while the arrivals are not: where the
 engines report flows and a pod has a queue (so it finishes all it can), a
 smaller step is raised to the capacity that serves the arrivals with the
-tolerance to spare. And a level that falls only because requests give up is no
-drain: the flows tell it from one that capacity drains, and the target decides
-as HPA's. The flows never lower what the level asks for.
+tolerance to spare. Where the level asks for nothing yet but, growing as the
+flows say, passes the target within the recent span, that step is taken now:
+one publish later the level counts those seconds of backlog as demand. A
+level that falls only because requests give up is no drain: the flows tell it
+from one that capacity drains, and the target decides as HPA's; but where the
+queue is within the target now, the window's level is a backlog worked off,
+and what arrives sizes the step. The flows never lower what the level now asks for.
 """
 
 from __future__ import annotations
@@ -385,7 +389,15 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
                 ),
             )
     if (candidate.replicas or 0) <= current:
-        return candidate
+        early = _passing_soon(proposal, counted, inputs, now_level)
+        if early is None:
+            return candidate
+        candidate = replace(
+            candidate,
+            replicas=early.pods,
+            calculated=candidate.replicas,
+            note=_joined(candidate.note, early.said),
+        )
     starting = groups.unready + groups.missing
     if starting:
         return _keep(
@@ -405,6 +417,21 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     served = _served_by(proposal.name, counted, inputs)
     if now_level < window_level * (1.0 - FALLING):
         if served is not None and served.pods > current:
+            now_asks = inputs.again(proposal, {p: recent[p] for p in counted})
+            if (now_asks.replicas or 0) <= current:
+                # The queue is within its target now: the window's level is a backlog worked
+                # off, not demand; what arrives needs more than the pods serve (a new burst).
+                why = (
+                    f"the queue is within its target now ({fmt_value(now_level)} over the last "
+                    f"{recent_s:g} s, {fmt_value(window_level)} in the window: a backlog worked off), "
+                    f"but {served.said}"
+                )
+                return replace(
+                    candidate,
+                    replicas=served.pods,
+                    calculated=candidate.replicas,
+                    note=_joined(candidate.note, why),
+                )
             # Falling, yet what arrives needs more than the pods serve: the level falls
             # because requests give up, not because capacity drains it. The target decides.
             why = (
@@ -442,7 +469,7 @@ def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served |
     serve them with the tolerance to spare and the queue drains. This raises a
     step the level sizes too small (seconds into a shortfall), and tells a
     level that falls only because requests give up from one that capacity
-    drains. It never lowers what the level asks for: the user's target is
+    drains. It never lowers what the level now asks for: the user's target is
     about the queue, and a queue at high utilization need not drain however
     the flows add up."""
     waiting = inputs.signals.recent.get(queue, {})
@@ -463,6 +490,35 @@ def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served |
         pods,
         f"{fmt_value(arriving)} requests/s arrive and a pod with a queue finishes {fmt_value(capacity)}/s, "
         f"so the capacity of {count_pods(pods)} serves them with the tolerance to spare",
+    )
+
+
+def _passing_soon(
+    proposal: MetricProposal, counted: Sequence[str], inputs: _Inputs, level: float
+) -> _Served | None:
+    """The capacity that serves what arrives, where a queue the level does not yet
+    ask more for passes the target (with the tolerance) within the recent span at
+    the rate the flows say it grows; else None.
+
+    A queue is a stock: growing at 8 requests/s, its level reads 2.7 (HPA keeps 1)
+    and one 2 s publish later 16 (HPA asks ceil(16/4) = 4, the backlog of those
+    seconds counted as demand), while 3 pods serve what arrives. Sized by the
+    flows when the crossing is seconds away, the step is the one the arrivals
+    need. A level that rises slower, or stays within what the target allows, is
+    the target's to answer, as HPA's."""
+    recent_s = inputs.signals.recent_s
+    served = _served_by(proposal.name, counted, inputs)
+    if served is None or served.pods <= inputs.current or not recent_s:
+        return None
+    flows = _Flows.of(inputs.signals)
+    growth = sum(flows.arrival[pod] - flows.completion.get(pod, 0.0) for pod in counted) / len(counted)
+    ahead = level + growth * recent_s
+    if not (growth > 0.0 and math.isfinite(ahead)) or ahead <= proposal.target * (1.0 + inputs.tolerances.up):
+        return None
+    return _Served(
+        served.pods,
+        f"the queue ({fmt_value(level)} over the last {recent_s:g} s) passes the target within "
+        f"{recent_s:g} s at the rate it grows ({fmt_value(growth)} requests/s per pod): {served.said}",
     )
 
 
