@@ -25,6 +25,7 @@ from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.natsio import NATS, connect, drain, is_connected, user_expired
 from gpuscale.runtime import ServiceContext, run
+from gpuscale.steadyclock import SteadyClock
 from gpuscale.wire import SampleBatch
 from gpuscale_collector.backends.base import Backend, BackendUnavailable
 from gpuscale_collector.core.attribution import Attribution, build_batch, pids_to_resolve
@@ -310,8 +311,9 @@ class Collector:
         phase = node_phase(self.settings.node_name, interval)
         loop = asyncio.get_running_loop()
         wall = self.wall
+        steady = SteadyClock(wall, loop.time)  # to tell a step of the wall clock
         due = next_tick(wall(), interval, phase)
-        offset = wall() - loop.time()  # the wall clock against the monotonic one
+        apart = steady.step_s()  # how far the wall clock is from the steady one
         while not self.ctx.stop.is_set():
             delay = due - wall()
             if delay > 0:
@@ -324,14 +326,12 @@ class Collector:
             except Exception as e:
                 if self._once.first("tick_failed", type(e).__name__):
                     self.log.error("tick_failed", error=f"{type(e).__name__}: {e}", exc_info=e)
-            done = loop.time()
-            self.metrics.tick_seconds.observe(done - started)
-            now = wall()
-            nxt = next_tick(now, interval, phase)
+            self.metrics.tick_seconds.observe(loop.time() - started)
+            nxt = next_tick(wall(), interval, phase)
             # Slots of the grid passed without a tick (a tick or the event loop too slow);
             # not where the wall clock itself stepped (set forward an hour: no 3,600 skipped).
-            stepped = abs(now - done - offset) > interval / 2
-            offset = now - done
+            before, apart = apart, steady.step_s()
+            stepped = abs(apart - before) > interval / 2
             skipped = round((nxt - due) / interval) - 1
             if skipped > 0 and not stepped:
                 self.metrics.ticks_skipped.inc(skipped)

@@ -388,8 +388,9 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
                     f"against {fmt_value(window_level)} in the window, judged on the former"
                 ),
             )
+    served = _served_by(proposal.name, counted, inputs)
     if (candidate.replicas or 0) <= current:
-        early = _passing_soon(proposal, counted, inputs, now_level)
+        early = _passing_soon(proposal, counted, inputs, now_level, served)
         if early is None:
             return candidate
         candidate = replace(
@@ -414,7 +415,6 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
             f"capacity changed {signals.span_s:.0f} s ago: the backlog of before stays with the pods "
             f"that had it, the queue is judged once {TREND_SPANS * recent_s:g} s show where it goes",
         )
-    served = _served_by(proposal.name, counted, inputs)
     if now_level < window_level * (1.0 - FALLING):
         if served is not None and served.pods > current:
             now_asks = inputs.again(proposal, {p: recent[p] for p in counted})
@@ -494,9 +494,9 @@ def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served |
 
 
 def _passing_soon(
-    proposal: MetricProposal, counted: Sequence[str], inputs: _Inputs, level: float
+    proposal: MetricProposal, counted: Sequence[str], inputs: _Inputs, level: float, served: _Served | None
 ) -> _Served | None:
-    """The capacity that serves what arrives, where a queue the level does not yet
+    """``served`` (:func:`_served_by`), where a queue the level does not yet
     ask more for passes the target (with the tolerance) within the recent span at
     the rate the flows say it grows; else None.
 
@@ -507,7 +507,6 @@ def _passing_soon(
     need. A level that rises slower, or stays within what the target allows, is
     the target's to answer, as HPA's."""
     recent_s = inputs.signals.recent_s
-    served = _served_by(proposal.name, counted, inputs)
     if served is None or served.pods <= inputs.current or not recent_s:
         return None
     flows = _Flows.of(inputs.signals)
