@@ -771,7 +771,7 @@ def test_status_is_written_when_it_changes_and_refreshed_at_most_every_15_s() ->
 
 
 def test_state_round_trips_and_tolerates_damage() -> None:
-    from gpuscale_decider.core.state import Pending
+    from gpuscale_decider.core.state import Capacity, Pending
 
     state = seen(
         recommendations=recs((5, 3)),
@@ -779,6 +779,7 @@ def test_state_round_trips_and_tolerates_damage() -> None:
         last_scale_up=NOW,
         last_fresh_metrics=NOW,
         pending=Pending("d-1", 2, 3, NOW),
+        queue_capacity=Capacity(NOW - 40, 6.5),
     )
     assert ScalerState.from_dict(state.to_dict()) == state
     damaged = ScalerState.from_dict(
@@ -786,11 +787,17 @@ def test_state_round_trips_and_tolerates_damage() -> None:
             "recommendations": [[1.0], "x", [2.0, 3]],
             "last_scale_up": "yesterday",
             "pending": ["d", "2", 3, 1.0],
+            "queue_capacity": [NOW, 0],
         }
     )
     assert damaged.recommendations == (TimedValue(2.0, 3),)
     assert damaged.last_scale_up is None
     assert damaged.pending is None
+    assert damaged.queue_capacity is None  # a pod that serves nothing is no capacity to divide by
+    for raw in ([NOW, -1.0], [NOW, float("inf")], [NOW, True], [NOW], "6/s", [float("nan"), 6.0]):
+        assert ScalerState.from_dict({"queue_capacity": raw}).queue_capacity is None, raw
+    # A record written before the capacity was kept reads as none remembered.
+    assert ScalerState.from_dict({"last_scale_up": NOW}).queue_capacity is None
     assert ScalerState.from_dict(None) == ScalerState()
 
 
@@ -924,7 +931,7 @@ def test_scale_up_events_stored_an_hour_ahead_limit_the_rate_for_one_period() ->
 
 
 def test_clock_bounded_brings_every_stored_time_to_now_and_leaves_a_sane_state_alone() -> None:
-    from gpuscale_decider.core.state import Pending, clock_bounded
+    from gpuscale_decider.core.state import Capacity, Pending, clock_bounded
 
     ahead = ScalerState(
         recommendations=(TimedValue(NOW - 10, 2), TimedValue(NOW + HOUR, 5)),
@@ -937,6 +944,7 @@ def test_clock_bounded_brings_every_stored_time_to_now_and_leaves_a_sane_state_a
         pending=Pending("d", 2, 3, NOW + HOUR),
         failures=2,
         retry_at=NOW + HOUR,
+        queue_capacity=Capacity(NOW + HOUR, 6.0),
     )
     bounded = clock_bounded(ahead, NOW, 300.0)
     assert bounded.recommendations == (TimedValue(NOW - 10, 2), TimedValue(NOW, 5))
@@ -947,6 +955,11 @@ def test_clock_bounded_brings_every_stored_time_to_now_and_leaves_a_sane_state_a
     assert bounded.pending == Pending("d", 2, 3, NOW)
     assert bounded.retry_at == NOW + 300.0
     assert bounded.failures == 2
+    assert bounded.queue_capacity == Capacity(NOW, 6.0)
+    # Only the capacity ahead: bounded too (measured "in the future" it would be kept an hour longer).
+    assert clock_bounded(
+        ScalerState(queue_capacity=Capacity(NOW + HOUR, 6.0)), NOW, 300.0
+    ).queue_capacity == (Capacity(NOW, 6.0))
 
     sane = ScalerState(
         recommendations=(TimedValue(NOW - 10, 2),), last_scale_up=NOW - 5, retry_at=NOW + 20, first_seen=NOW

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuscale.policy import GPUScaler
 from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.core.reconcile import observation_of
-from gpuscale_decider.core.state import TimedValue
+from gpuscale_decider.core.state import Capacity, TimedValue
 
 from .scenario import NOW, P, pending, policy, seen, step
 
@@ -330,21 +332,23 @@ CASES = {
         "the queue (2.7 over the last 3 s) passes the target within 3 s at the rate it grows (6.4 requests/s "
         "per pod): 11.7 requests/s arrive and a pod with a queue finishes 5.3/s, so the capacity of 3 pods",
     ),
-    "queue under target, arrivals within the tolerance of what finishes (8.4 for 8): HPA's ceil(3 x 1.5/4) = 2": Case(
+    "queue under target, arrivals within the tolerance of what finishes (8.4 for 8): no step up; "
+    "and not HPA's ceil(3 x 1.5/4) = 2, whose pods could not serve 25.2/s: keep 3": Case(
         QUEUE,
         3,
         tuple(queue_pod(1.2, 1.5, request_arrival_rate=8.4, request_completion_rate=8) for _ in range(3)),
-        2,
-        "",
+        3,
+        "25.2 requests/s arrive; a pod finished 8.0/s when it last had a queue (0 s ago), so the capacity of 4",
         "passes the target",
     ),
-    "queue under target, growing 1 a second from 1: past 4.4 in 4 s, not within 3 s: HPA's ceil(2 x 1/4) = 1": Case(
+    "queue under target, growing 1 a second from 1: past 4.4 in 4 s, not within 3 s: no step up; "
+    "and not HPA's ceil(2 x 1/4) = 1, a pod for 18/s: keep 2": Case(
         # A queue the target allows is the user's to allow; a slow rise is the level's to answer.
         QUEUE,
         2,
         tuple(queue_pod(0.8, 1, request_arrival_rate=9, request_completion_rate=8) for _ in range(2)),
-        1,
-        "",
+        2,
+        "the capacity of 3 pods serves them",
         "passes the target",
     ),
     "queue under target and growing fast, but a pod of the target still starting: keep 2": Case(
@@ -672,3 +676,142 @@ def test_a_hold_keeps_hpa_s_recommendations_for_the_stabilization_window(hold: s
     later = step(scaler, 3, (pod(10, 10),) * 3, state=held.memory.state, now=NOW + 10)
     assert later.evaluation is not None
     assert later.evaluation.desired == 1, later.evaluation.reason
+
+
+# A queue reads 0 whenever capacity suffices, and HPA's ceil(n x 0 / 4) is the minimum. Logged
+# on the step trace with a 0 s scale-down window: 3 pods served 13 requests/s with no queue, and
+# the queue scaler went 3 -> 2 on an unchanged load (and would have gone back up). Each pod
+# here is queue-free; ``capacity`` is what a pod finished when it last had a queue.
+def idle_queue_pods(n: int, arriving: float) -> tuple[P, ...]:
+    per_pod = arriving / n
+    flows = {"request_arrival_rate": per_pod, "request_completion_rate": per_pod}
+    return tuple(queue_pod(0, 0, **flows) for _ in range(n))
+
+
+KEPT_SERVING = {
+    "3 pods serve 13/s with no queue, a pod finished 6/s with one 40 s ago: ceil(13 x 1.1/6) = 3, keep 3": (
+        3,
+        idle_queue_pods(3, 13.0),
+        Capacity(NOW - 40, 6.0),
+        3,
+        "a pod finished 6.0/s when it last had a queue (40 s ago), so the capacity of 3 pods serves them",
+    ),
+    "the load fell to 7/s: ceil(7 x 1.1/6) = 2, not HPA's 1": (
+        3,
+        idle_queue_pods(3, 7.0),
+        Capacity(NOW - 40, 6.0),
+        2,
+        "the capacity of 2 pods serves them",
+    ),
+    "4 pods (one too many) serving 13/s: down to the 3 that serve them": (
+        4,
+        idle_queue_pods(4, 13.0),
+        Capacity(NOW - 40, 6.0),
+        3,
+        "the capacity of 3 pods",
+    ),
+    "nothing arrives: an idle workload goes to its minimum, HPA's 1": (
+        3,
+        idle_queue_pods(3, 0.0),
+        Capacity(NOW - 40, 6.0),
+        1,
+        "",
+    ),
+    "the capacity was measured 11 min ago (the request mix may have changed): HPA's 1": (
+        3,
+        idle_queue_pods(3, 13.0),
+        Capacity(NOW - 660, 6.0),
+        1,
+        "",
+    ),
+    "no capacity remembered (never had a queue): HPA's 1": (3, idle_queue_pods(3, 13.0), None, 1, ""),
+    "engines without flows: HPA's 1": (3, (queue_pod(0, 0),) * 3, Capacity(NOW - 40, 6.0), 1, ""),
+    "2 pods serve 13/s, more than the remembered capacity says they can: keep 2, no scale-up on a memory": (
+        2,
+        idle_queue_pods(2, 13.0),
+        Capacity(NOW - 40, 6.0),
+        2,
+        "keep 2",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("current", "pods", "capacity", "desired", "said"), list(KEPT_SERVING.values()), ids=list(KEPT_SERVING)
+)
+def test_a_queue_within_its_target_keeps_the_pods_that_serve_what_arrives(
+    current: int, pods: tuple[P, ...], capacity: Capacity | None, desired: int, said: str
+) -> None:
+    s = step(QUEUE, current, pods, state=seen(queue_capacity=capacity))
+    assert s.evaluation is not None
+    assert s.evaluation.desired == desired, s.evaluation.reason
+    if said:
+        assert said in s.evaluation.reason
+    else:
+        assert "last had a queue" not in s.evaluation.reason
+
+
+def test_the_step_s_capacity_keeps_its_three_pods_once_the_queue_is_gone() -> None:
+    """The step trace's own sequence through the stored state: the queue at 2.7 with 11.7
+    requests/s arriving and 5.3 finishing asks for 3; a minute later the 3 pods serve the 11.7
+    with no queue, and HPA's answer on the queue (1) is held at the 3 the step was sized to."""
+    growing = queue_pod(2.7, 2.7, request_arrival_rate=11.7, request_completion_rate=5.3)
+    first = step(QUEUE, 1, (growing,))
+    assert first.evaluation is not None
+    assert first.evaluation.desired == 3, first.evaluation.reason
+    assert first.memory.state.queue_capacity == Capacity(NOW, 5.3)
+    later = step(QUEUE, 3, idle_queue_pods(3, 11.7), state=first.memory.state, now=NOW + 60)
+    assert later.evaluation is not None
+    assert later.evaluation.desired == 3, later.evaluation.reason
+    assert "(60 s ago)" in later.evaluation.reason
+    assert later.memory.state.queue_capacity == Capacity(NOW, 5.3)  # no queue: nothing measured anew
+
+
+def test_only_a_pod_with_a_queue_and_enough_finished_requests_measures_the_capacity() -> None:
+    old = Capacity(NOW - 100, 6.0)
+    queued = queue_pod(6, 6, request_arrival_rate=9.0, request_completion_rate=7.0)
+    measured = step(
+        QUEUE, 2, (queued, queue_pod(0, 0.5, request_arrival_rate=3.0, request_completion_rate=3.0))
+    )
+    # Only the pod with a queue finishes all it can; the other's 3/s says nothing of its limit.
+    assert measured.memory.state.queue_capacity == Capacity(NOW, 7.0)
+    few = queue_pod(6, 6, request_arrival_rate=9.0, request_completion_rate=0.5)  # 1.5 over 3 s
+    assert step(QUEUE, 1, (few,), state=seen(queue_capacity=old)).memory.state.queue_capacity == old
+    # A policy with no queue metric keeps none (and pays nothing for it).
+    assert (
+        step(
+            UTIL, 1, (pod(60, 60, requests_waiting=6, request_arrival_rate=9, request_completion_rate=7),)
+        ).memory.state.queue_capacity
+        is None
+    )
+
+
+_rates = st.floats(min_value=0.0, max_value=50.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    current=st.integers(min_value=1, max_value=10),
+    pods=st.lists(
+        st.tuples(st.floats(0.0, 20.0), st.floats(0.0, 20.0), _rates, _rates), min_size=1, max_size=10
+    ),
+    per_pod=st.floats(min_value=0.01, max_value=100.0),
+    age_s=st.floats(min_value=0.0, max_value=900.0),
+)
+def test_a_remembered_capacity_never_scales_up_and_never_lowers_a_decision(
+    current: int, pods: list[tuple[float, float, float, float]], per_pod: float, age_s: float
+) -> None:
+    """Whatever the queue and its flows, the memory only holds a scale-down: the decision
+    with it is at least the one without, and above the current count only where that one is."""
+    views = tuple(
+        queue_pod(window, recent, request_arrival_rate=a, request_completion_rate=c)
+        for window, recent, a, c in pods[:current]
+    )
+    without = step(QUEUE, current, views)
+    remembered = step(QUEUE, current, views, state=seen(queue_capacity=Capacity(NOW - age_s, per_pod)))
+    assert without.evaluation is not None
+    assert remembered.evaluation is not None
+    before, after = without.evaluation.desired, remembered.evaluation.desired
+    assert after >= before, remembered.evaluation.reason
+    if after > current:
+        assert after == before, remembered.evaluation.reason

@@ -44,8 +44,22 @@ from gpuscale_decider.core.replicas import (
     metric_proposal,
     replicas_text,
 )
-from gpuscale_decider.core.saturation import Signals, adjust
-from gpuscale_decider.core.state import Pending, ScalerState, TimedValue, clock_bounded, record_scale
+from gpuscale_decider.core.saturation import (
+    CAPACITY_KEPT_S,
+    QUEUES,
+    Remembered,
+    Signals,
+    adjust,
+    queue_capacity,
+)
+from gpuscale_decider.core.state import (
+    Capacity,
+    Pending,
+    ScalerState,
+    TimedValue,
+    clock_bounded,
+    record_scale,
+)
 from gpuscale_decider.core.status import blocked_status, evaluation_status, status_differs
 
 # Decision ids are derived, not drawn: the same workload, counts and instant
@@ -574,6 +588,8 @@ def _evaluate(
     if not stale_why and observation is not None and pods is not None and target.selector:
         tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
         signals = Signals(observation.recent, observation.recent_s, observation.span_s)
+        if any(m.name in QUEUES for m in spec.metrics):
+            signals, state = _with_capacity(signals, state, now)
         proposals = tuple(
             adjust(
                 metric_proposal(
@@ -693,6 +709,19 @@ def _evaluate(
         limits=normalized.limits,
         usage=usage,
     ), state
+
+
+def _with_capacity(signals: Signals, state: ScalerState, now: float) -> tuple[Signals, ScalerState]:
+    """The signals with the queue's capacity as last measured, and the state
+    remembering it: a queue measures it only while it has one, and reads 0 once
+    capacity suffices (:func:`.saturation._kept_serving`)."""
+    measured = queue_capacity(signals)
+    if measured is not None:
+        state = replace(state, queue_capacity=Capacity(now, measured))
+    kept = state.queue_capacity
+    if kept is None or now - kept.ts > CAPACITY_KEPT_S:
+        return signals, state
+    return replace(signals, capacity=Remembered(kept.per_pod, now - kept.ts)), state
 
 
 def _metrics_error(

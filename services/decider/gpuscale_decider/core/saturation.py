@@ -65,6 +65,13 @@ level that falls only because requests give up is no drain: the flows tell it
 from one that capacity drains, and the target decides as HPA's; but where the
 queue is within the target now, the window's level is a backlog worked off,
 and what arrives sizes the step. The flows never lower what the level now asks for.
+
+**A queue within its target keeps the pods that serve what arrives.** A queue
+reads 0 whenever capacity suffices, and HPA's answer on 0 is the minimum. A
+scale-down stops at the pods that serve the arrivals at the capacity a queue
+last measured (:func:`queue_capacity`; the caller keeps it, for
+``CAPACITY_KEPT_S``): the count a step up on the same arrivals is sized to.
+Never a scale-up on that memory.
 """
 
 from __future__ import annotations
@@ -99,12 +106,24 @@ MAX_REPLICAS_ARITHMETIC: Final = 1e9
 # fewer are too few to measure a rate by (a scrape counts whole requests).
 MIN_FINISHED: Final = 3.0
 # Queues: stocks that grow for as long as capacity is short.
-QUEUES: Final = frozenset({"requests_waiting"})
+WAITING: Final = "requests_waiting"
+QUEUES: Final = frozenset({WAITING})
 # A queue is falling when its recent mean is this much below its window's (a drain
 # slower than the tolerance is still a drain: the capacity serving it is enough).
 FALLING: Final = 0.02
 # After a capacity change, a queue's trend shows once its averages span this many recent spans.
 TREND_SPANS: Final = 2.0
+# How long a queue's measured capacity keeps the pods that serve what arrives: a pod's
+# capacity moves with the request mix, and only a queue measures it again.
+CAPACITY_KEPT_S: Final = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """A queue's capacity measured earlier (:func:`queue_capacity`), and how long ago."""
+
+    per_pod: float  # requests/s a pod with a queue finished
+    age_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +133,7 @@ class Signals:
     recent: Mapping[str, Mapping[str, float]]  # metric -> pod -> mean over the last recent_s
     recent_s: float | None
     span_s: float | None = None  # the window's averages start this long ago (a capacity change)
+    capacity: Remembered | None = None  # of the queue, where measured within CAPACITY_KEPT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +412,7 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     if (candidate.replicas or 0) <= current:
         early = _passing_soon(proposal, counted, inputs, now_level, served)
         if early is None:
-            return candidate
+            return _kept_serving(candidate, counted, inputs)
         candidate = replace(
             candidate,
             replicas=early.pods,
@@ -472,25 +492,85 @@ def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served |
     drains. It never lowers what the level now asks for: the user's target is
     about the queue, and a queue at high utilization need not drain however
     the flows add up."""
-    waiting = inputs.signals.recent.get(queue, {})
     flows = _Flows.of(inputs.signals)
-    arrival, completion = flows.arrival, flows.completion
-    if not flows or any(pod not in arrival for pod in counted):
+    if not flows or any(pod not in flows.arrival for pod in counted):
         return None
-    # Only a pod with a queue is at its limit: what it finishes is its capacity.
-    full = [pod for pod in counted if waiting.get(pod, 0.0) >= 1.0 and flows.measured(pod)]
-    if not full:
+    capacity = _capacity(counted, inputs.signals.recent.get(queue, {}), flows)
+    if capacity is None:
         return None
-    arriving = sum(arrival[pod] for pod in counted)
-    capacity = sum(completion[pod] for pod in full) / len(full)
-    if not (math.isfinite(arriving) and math.isfinite(capacity)):
-        return None  # flows past the largest double (a broken engine): no arithmetic on them
-    pods = math.ceil(min(arriving * (1.0 + inputs.tolerances.up) / capacity, MAX_REPLICAS_ARITHMETIC))
+    pods = _serving(counted, flows, capacity, inputs.tolerances)
+    if pods is None:
+        return None
     return _Served(
         pods,
-        f"{fmt_value(arriving)} requests/s arrive and a pod with a queue finishes {fmt_value(capacity)}/s, "
-        f"so the capacity of {count_pods(pods)} serves them with the tolerance to spare",
+        f"{_arriving(counted, flows)} requests/s arrive and a pod with a queue finishes "
+        f"{fmt_value(capacity)}/s, so the capacity of {count_pods(pods)} serves them with the tolerance to spare",
     )
+
+
+def queue_capacity(signals: Signals) -> float | None:
+    """What a pod of the workload finishes a second at its limit: the mean flow
+    out of the pods with a queue (at least one request waiting, so they finish
+    all they can), over enough finished requests to tell a rate; None where no
+    pod has a queue or the engines send no flows. Purely computational."""
+    waiting = signals.recent.get(WAITING)
+    if not waiting:
+        return None
+    flows = _Flows.of(signals)
+    return _capacity(list(waiting), waiting, flows) if flows else None
+
+
+def _capacity(pods: Sequence[str], waiting: Mapping[str, float], flows: _Flows) -> float | None:
+    # Only a pod with a queue is at its limit: what it finishes is its capacity.
+    full = [flows.completion[pod] for pod in pods if waiting.get(pod, 0.0) >= 1.0 and flows.measured(pod)]
+    if not full:
+        return None
+    capacity = sum(full) / len(full)
+    # Flows past the largest double (a broken engine): no arithmetic on them.
+    return capacity if math.isfinite(capacity) else None
+
+
+def _serving(counted: Sequence[str], flows: _Flows, capacity: float, tolerances: Tolerances) -> int | None:
+    """The fewest pods that serve what arrives at the counted ones with the tolerance to spare."""
+    arriving = sum(flows.arrival[pod] for pod in counted)
+    if not math.isfinite(arriving):
+        return None
+    return math.ceil(min(arriving * (1.0 + tolerances.up) / capacity, MAX_REPLICAS_ARITHMETIC))
+
+
+def _arriving(counted: Sequence[str], flows: _Flows) -> str:
+    return fmt_value(sum(flows.arrival[pod] for pod in counted))
+
+
+def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inputs) -> MetricProposal:
+    """A scale-down on a queue stopped at the pods that serve what arrives, at
+    the capacity a queue measured (:func:`queue_capacity`, now or within
+    CAPACITY_KEPT_S); as it was where nothing was measured or the engines send
+    no arrivals.
+
+    A queue reads 0 whenever capacity suffices, and HPA's ``ceil(n × 0 / target)``
+    is the minimum: 3 pods serving 16 requests/s with no queue would be cut to 1,
+    the queue would come back, and the step be taken again (the step trace with a
+    0 s scale-down window went 3 → 2 on an unchanged load). A scale-down stops at the pods
+    that serve the arrivals, as the step up was sized, so the two agree on one
+    count; as fewer arrive, fewer are kept, and with none arriving none are."""
+    remembered, current = inputs.signals.capacity, inputs.current
+    if remembered is None or (proposal.replicas or 0) >= current:
+        return proposal
+    flows = _Flows.of(inputs.signals)
+    if not flows.arrival or any(pod not in flows.arrival for pod in counted):
+        return proposal
+    pods = _serving(counted, flows, remembered.per_pod, inputs.tolerances)
+    if pods is None or pods <= (proposal.replicas or 0):
+        return proposal
+    why = (
+        f"the queue is within its target, and {_arriving(counted, flows)} requests/s arrive; a pod finished "
+        f"{fmt_value(remembered.per_pod)}/s when it last had a queue ({remembered.age_s:.0f} s ago), "
+        f"so the capacity of {count_pods(pods)} serves them with the tolerance to spare"
+    )
+    if pods >= current:
+        return _keep(proposal, current, why)  # a memory is no reason to scale up: a queue is
+    return replace(proposal, replicas=pods, calculated=proposal.replicas, note=_joined(proposal.note, why))
 
 
 def _passing_soon(

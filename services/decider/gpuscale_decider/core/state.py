@@ -32,6 +32,15 @@ class Pending:
 
 
 @dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a pod of the workload finished a second while it had a queue (so all it
+    could), and when that was measured: a queue reads 0 whenever capacity suffices."""
+
+    ts: float
+    per_pod: float  # requests/s
+
+
+@dataclass(frozen=True, slots=True)
 class ScalerState:
     recommendations: tuple[TimedValue, ...] = ()
     scale_up_events: tuple[TimedValue, ...] = ()  # value: replicas added
@@ -47,6 +56,8 @@ class ScalerState:
     last_failure: str = ""
     # Shadow mode: the (from, to) last advised, so advice goes out once per change.
     last_advice: tuple[int, int] | None = None
+    # The newest capacity a queue's engines measured (saturation.queue_capacity).
+    queue_capacity: Capacity | None = None
 
     @property
     def last_scale_time(self) -> float | None:
@@ -68,6 +79,7 @@ class ScalerState:
             "retry_at": self.retry_at,
             "last_failure": self.last_failure,
             "last_advice": list(self.last_advice) if self.last_advice is not None else None,
+            "queue_capacity": None if (c := self.queue_capacity) is None else [c.ts, c.per_pod],
         }
 
     @classmethod
@@ -118,6 +130,7 @@ class ScalerState:
             retry_at=opt_ts("retry_at"),
             last_failure=str(m.get("last_failure") or "")[:500],
             last_advice=_pair(m.get("last_advice")),
+            queue_capacity=_capacity(m.get("queue_capacity")),
         )
 
 
@@ -140,6 +153,7 @@ def clock_bounded(state: ScalerState, now: float, longest_retry_s: float) -> Sca
         state.scale_up_events[-1].ts if state.scale_up_events else never,
         state.scale_down_events[-1].ts if state.scale_down_events else never,
         never if pending is None else pending.published_at,
+        never if state.queue_capacity is None else state.queue_capacity.ts,
     )
     retry_late = state.retry_at is not None and state.retry_at > now + longest_retry_s
     if newest <= now and not retry_late:
@@ -162,12 +176,26 @@ def clock_bounded(state: ScalerState, now: float, longest_retry_s: float) -> Sca
         first_seen=bounded(state.first_seen),
         pending=None if pending is None else replace(pending, published_at=min(pending.published_at, now)),
         retry_at=None if state.retry_at is None else min(state.retry_at, now + longest_retry_s),
+        queue_capacity=None
+        if state.queue_capacity is None
+        else replace(state.queue_capacity, ts=min(state.queue_capacity.ts, now)),
     )
 
 
 def _pair(raw: Any) -> tuple[int, int] | None:
     if isinstance(raw, list) and len(raw) == 2 and all(type(v) is int for v in raw):
         return (raw[0], raw[1])
+    return None
+
+
+def _capacity(raw: Any) -> Capacity | None:
+    if (
+        isinstance(raw, list)
+        and len(raw) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in raw)
+        and raw[1] > 0
+    ):
+        return Capacity(float(raw[0]), float(raw[1]))
     return None
 
 
