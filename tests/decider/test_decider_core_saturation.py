@@ -351,12 +351,29 @@ CASES = {
         "the capacity of 3 pods serves them",
         "passes the target",
     ),
-    "queue under target and growing fast, but a pod of the target still starting: keep 2": Case(
+    "queue above target and growing, the 3 pods that serve it requested, 2 still starting: keep 3": Case(
+        QUEUE,
+        3,
+        (queue_pod(3, 30, request_arrival_rate=11.7, request_completion_rate=5.3), *pending(2)),
+        3,
+        "2 pods of the target starting: capacity already requested",
+    ),
+    "queue growing fast, 2 requested (the first step sized on the seconds a burst began in), 1 starting: "
+    "11.7 arrive and a pod finishes 5.3: 3 now, not once it serves": Case(
         QUEUE,
         2,
         (queue_pod(0.3, 2.7, request_arrival_rate=11.7, request_completion_rate=5.3), *pending(1)),
-        2,
-        "starting: capacity already requested",
+        3,
+        "1 pod of the target starting, but 11.7 requests/s arrive and a pod with a queue finishes 5.3/s, "
+        "so the capacity of 3 pods serves them",
+    ),
+    "the spike logged: 47 waiting on the 1 serving pod of 4, 32 arrive, 8.7 finish: the flows' 5, "
+    "not the level's 12": Case(
+        QUEUE,
+        4,
+        (queue_pod(4.7, 47, request_arrival_rate=32, request_completion_rate=8.7), *pending(3)),
+        5,
+        "3 pods of the target starting, but 32.0 requests/s arrive",
     ),
     "queue steady above target, pods finishing all that arrives: the target decides: HPA's 7, not the flows' 4": Case(
         # A queue at high utilization need not drain however the flows add up: they never lower HPA's answer.

@@ -47,7 +47,8 @@ capacity is short, so while requested pods start it keeps asking for more
 (the backlog of the start-up, not new demand), and after they serve, the
 backlog left on the old pods asks again. So a scale-up on a queue waits while
 pods of the target are starting (the capacity already requested is the
-answer it is waiting for) and, once they serve, until the averages since show
+answer it is waiting for), unless the flows, rates the start-up's backlog does
+not swell, say that capacity is short of what arrives; and, once they serve, until the averages since show
 where the queue goes (two recent spans); a queue that is falling (its recent
 mean 2 % or more below its window's) asks for nothing more: the capacity
 serving it is enough. A growing queue is judged on its recent mean when that
@@ -421,6 +422,18 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
         )
     starting = groups.unready + groups.missing
     if starting:
+        if served is not None and served.pods > current:
+            # The level's answer while pods start counts the start-up's backlog; the flows
+            # are rates, which it does not swell: where they say the capacity requested is
+            # short of what arrives, the step waits no start-up (a first step sized on the
+            # seconds a burst began in would otherwise leave the queue growing for one).
+            why = f"{count_pods(starting)} of the target starting, but {served.said}"
+            return replace(
+                candidate,
+                replicas=served.pods,
+                calculated=candidate.replicas,
+                note=_joined(candidate.note, why),
+            )
         return _keep(
             candidate,
             current,
