@@ -566,11 +566,20 @@ def test_wild_but_valid_gauges_neither_crash_nor_pass_max_replicas(
         "none-arrive",
     ],
 )
-def test_wild_but_valid_flows_on_a_queue_neither_crash_nor_pass_max_replicas(flows: dict[str, float]) -> None:
-    """Two queued pods whose flows add up past the largest double, or say nothing arrives."""
-    s = step(QUEUE, 2, (queue_pod(40, 60, **flows), queue_pod(40, 60, **flows)))
+@pytest.mark.parametrize("starting", [0, 1], ids=["all-serving", "one-starting"])
+@pytest.mark.parametrize("remembered", [None, 1e-300, 1.7e308], ids=["no-capacity", "tiny", "huge"])
+def test_wild_but_valid_flows_on_a_queue_neither_crash_nor_pass_max_replicas(
+    flows: dict[str, float], starting: int, remembered: float | None
+) -> None:
+    """Two queued pods whose flows add up past the largest double, or say nothing arrives;
+    beside a pod still starting, and with a capacity remembered at the extremes."""
+    state = seen(queue_capacity=None if remembered is None else Capacity(NOW - 10, remembered))
+    s = step(QUEUE, 2 + starting, (queue_pod(40, 60, **flows),) * 2 + pending(starting), state=state)
     assert s.evaluation is not None
-    assert 2 <= s.evaluation.desired <= 10
+    assert 2 + starting <= s.evaluation.desired <= 10
+    idle = step(QUEUE, 2 + starting, (queue_pod(0, 0, **flows),) * 2 + pending(starting), state=state)
+    assert idle.evaluation is not None
+    assert 1 <= idle.evaluation.desired <= 2 + starting
 
 
 @pytest.mark.parametrize(
