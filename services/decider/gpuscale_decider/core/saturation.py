@@ -63,12 +63,9 @@ tolerance to spare. Where the level asks for nothing yet but, growing as the
 flows say, passes the target within the recent span, that step is taken now:
 one publish later the level counts those seconds of backlog as demand. A
 level that falls only because requests give up is no drain: the flows tell it
-from one that capacity drains, and the step is the capacity that serves what
-arrives, whose spare works the backlog off (HPA's answer on the level reads a
-backlog, often a start-up's, as demand); where the queue is within the target
-now, the window's level is a backlog worked off, and what arrives sizes the
-step too. Elsewhere the flows never lower what the level now asks for: a
-queue steady above the target is the target's to answer.
+from one that capacity drains, and the target decides as HPA's; but where the
+queue is within the target now, the window's level is a backlog worked off,
+and what arrives sizes the step. The flows never lower what the level now asks for.
 
 **A queue within its target keeps the pods that serve what arrives.** A queue
 reads 0 whenever capacity suffices, and HPA's answer on 0 is the minimum. A
@@ -469,21 +466,12 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
                     note=_joined(candidate.note, why),
                 )
             # Falling, yet what arrives needs more than the pods serve: the level falls
-            # because requests give up, not because capacity drains it. The capacity that
-            # serves the arrivals works the backlog off with its spare; HPA's answer on
-            # the level reads the backlog (a start-up's, often) as demand and overshoots.
-            # Should the level stop falling above the target there, the target decides.
+            # because requests give up, not because capacity drains it. The target decides.
             why = (
                 f"the queue falls ({fmt_value(now_level)} over the last {recent_s:g} s, "
-                f"{fmt_value(window_level)} in the window) only as requests give up: {served.said}, "
-                "and works the backlog off"
+                f"{fmt_value(window_level)} in the window) only as requests give up: {served.said}"
             )
-            return replace(
-                candidate,
-                replicas=served.pods,
-                calculated=candidate.replicas,
-                note=_joined(candidate.note, why),
-            )
+            return replace(candidate, note=_joined(candidate.note, why))
         return _keep(
             candidate,
             current,
@@ -514,10 +502,9 @@ def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served |
     serve them with the tolerance to spare and the queue drains. This raises a
     step the level sizes too small (seconds into a shortfall), and tells a
     level that falls only because requests give up from one that capacity
-    drains. Save for a level that falls (a backlog worked off, or being so), it
-    never lowers what the level now asks for: the user's target is about the
-    queue, and a queue held at high utilization need not drain however the
-    flows add up."""
+    drains. It never lowers what the level now asks for: the user's target is
+    about the queue, and a queue at high utilization need not drain however
+    the flows add up."""
     flows = _Flows.of(inputs.signals)
     if not flows or any(pod not in flows.arrival for pod in counted):
         return None
