@@ -47,13 +47,14 @@ capacity is short, so while requested pods start it keeps asking for more
 (the backlog of the start-up, not new demand), and after they serve, the
 backlog left on the old pods asks again. So a scale-up on a queue waits while
 pods of the target are starting (the capacity already requested is the
-answer it is waiting for), unless the flows, rates the start-up's backlog does
-not swell, say that capacity is short of what arrives; and, once they serve, until the averages since show
-where the queue goes (two recent spans); a queue that is falling (its recent
-mean 2 % or more below its window's) asks for nothing more: the capacity
-serving it is enough. A growing queue is judged on its recent mean when that
-is higher than the window's (the level now, not half a window ago). The
-pinned rule, too, takes no further step while pods start.
+answer it is waiting for), unless the flows, rates the start-up's backlog
+does not swell, say that capacity is short of what arrives; and, once they
+serve, until the averages since show where the queue goes (two recent
+spans); a queue that is falling (its recent mean 2 % or more below its
+window's) asks for nothing more: the capacity serving it is enough. A
+growing queue is judged on its recent mean when that is higher than the
+window's (the level now, not half a window ago). The pinned rule takes no
+further step while pods start.
 
 **What arrives sizes a queue's step where its level cannot.** Seconds into a
 shortfall the level is still small while the arrivals are not: where the
@@ -562,11 +563,12 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
     no arrivals.
 
     A queue reads 0 whenever capacity suffices, and HPA's ``ceil(n × 0 / target)``
-    is the minimum: 3 pods serving 16 requests/s with no queue would be cut to 1,
-    the queue would come back, and the step be taken again (the step trace with a
-    0 s scale-down window went 3 → 2 on an unchanged load). A scale-down stops at the pods
-    that serve the arrivals, as the step up was sized, so the two agree on one
-    count; as fewer arrive, fewer are kept, and with none arriving none are."""
+    is the minimum: 3 pods serving 16 requests/s with no queue would be cut to
+    1, the queue would come back, and the step be taken again (the step trace
+    with a 0 s scale-down window went 3 → 2 on an unchanged load). A scale-down
+    stops at the pods that serve the arrivals, as the step up was sized, so the
+    two agree on one count; as fewer arrive, fewer are kept, and with none
+    arriving none are."""
     remembered, current = inputs.signals.capacity, inputs.current
     if remembered is None or (proposal.replicas or 0) >= current:
         return proposal
