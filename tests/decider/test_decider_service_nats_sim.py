@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from gpuscale import codec, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.kube import new_api_client, request_json
 from gpuscale.natsio import NATS, jetstream
+from gpuscale.wire import MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_kubesim import KubeSim
 
 from ..waiting import eventually, holds_for
@@ -152,6 +154,68 @@ async def test_restart_keeps_the_scale_down_stabilization_window(
         )
         decision = await watch.next(1)
         assert (decision.from_replicas, decision.to_replicas) == (4, 2)
+
+
+def queue_message(
+    name: str, pods: Sequence[str], waiting: float, arriving: float, finished: float, ts: float
+) -> WorkloadMetrics:
+    """What the aggregator sends for pods with ``waiting`` queued and the engines' flows
+    (requests/s per pod), the same over the window and its recent span."""
+    values = MetricValues(requests_waiting=waiting)
+    recent = MetricValues(
+        requests_waiting=waiting, request_arrival_rate=arriving, request_completion_rate=finished
+    )
+    return WorkloadMetrics(
+        namespace="default",
+        kind="Deployment",
+        name=name,
+        ts=ts,
+        window_s=30.0,
+        pods=tuple(PodMetrics(pod, values, ts, recent=recent) for pod in pods),
+        averages=values,
+        pods_fresh=len(pods),
+        pods_stale=0,
+        recent_s=3.0,
+    )
+
+
+async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
+) -> None:
+    """Decider 1 sees 3 pods with a queue finish 6 requests/s each; decider 2, after a restart,
+    sees the queue gone with 13 requests/s arriving. HPA's answer on the empty queue is 1; the
+    capacity, kept in the KV bucket, keeps the 3 that serve 13/s. A decider that forgot would
+    cut to 1 and meet the queue again."""
+    await kube_sim.create(deployment("llm", 3))
+    policies = write_policies(
+        tmp_path / "policies.yaml",
+        gpuscaler(
+            "llm",
+            "llm",
+            metrics=[{"name": "requests_waiting", "target": 4}],
+            behavior={"scaleDown": {"stabilizationWindowSeconds": 0}},
+        ),
+    )
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies, tick_interval=3600)
+    pods = await running_pods(kube_sim, "llm", 3)
+    async with running_decider(settings) as first:
+        # At the target (4 waiting), 6 arrive and 6 finish per pod: no change, the capacity measured.
+        await publish_metrics(nats_client, queue_message("llm", pods, 4.0, 6.0, 6.0, time.time()))
+        await eventually(lambda: first.metric("gpuscale_decider_evaluations_total") >= 1, what="evaluation")
+    async with running_decider(settings) as second, watch_decisions(nats_client) as watch:
+        await publish_metrics(nats_client, queue_message("llm", pods, 0.0, 13.0 / 3, 13.0 / 3, time.time()))
+        await eventually(lambda: second.metric("gpuscale_decider_evaluations_total") >= 1, what="evaluation")
+        evaluation = second.decider.workloads[
+            subjects.WorkloadKey("default", "Deployment", "llm")
+        ].last_evaluation
+        assert evaluation is not None
+        assert evaluation.desired == 3, evaluation.reason
+        assert "a pod finished 6.0/s when it last had a queue" in evaluation.reason
+        assert not watch.decisions
+        # Fewer arrive: down to the 2 that serve them, not HPA's 1.
+        await publish_metrics(nats_client, queue_message("llm", pods, 0.0, 7.0 / 3, 7.0 / 3, time.time()))
+        decision = await watch.next(1)
+        assert (decision.from_replicas, decision.to_replicas) == (3, 2), decision.reason
 
 
 async def test_malformed_metrics_are_counted_and_never_crash(
