@@ -53,8 +53,9 @@ serve, until the averages since show where the queue goes (two recent
 spans); a queue that is falling (its recent mean 2 % or more below its
 window's) asks for nothing more: the capacity serving it is enough. A
 growing queue is judged on its recent mean when that is higher than the
-window's (the level now, not half a window ago). The pinned rule takes no
-further step while pods start.
+window's (the level now, not half a window ago). The pinned rule, too,
+takes no further step while pods start, unless its flows say the capacity
+requested is short.
 
 **What arrives sizes a queue's step where its level cannot.** Seconds into a
 shortfall the level is still small while the arrivals are not: where the
@@ -256,7 +257,11 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     if groups is not None and groups.unready + groups.missing:
         # Pods of the target are starting: the capacity asked for is on its way (a
         # queue that grows meanwhile is the start-up's backlog, not new demand), so
-        # no further step; but pods pinned now are no reason to scale down either.
+        # no further step unless the flows, rates the backlog does not swell, say it
+        # is short; but pods pinned now are no reason to scale down either.
+        short = _short_while_starting(proposal, inputs, counted, groups.unready + groups.missing)
+        if short is not None:
+            return short
         if (proposal.replicas or 0) >= current:
             return proposal
         return _keep(
@@ -289,6 +294,45 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     if sized_by:
         note += f"; {sized_by}"
     return replace(pinned, note=note + within)
+
+
+def _short_while_starting(
+    proposal: MetricProposal, inputs: _Inputs, counted: Sequence[str], starting: int
+) -> MetricProposal | None:
+    """The step the pinned pods' flows ask for beyond the capacity requested, while
+    pods of the target start; None where they ask for no more, or cannot say.
+
+    On a ramp the load passes what was requested while those pods load their
+    model (20 s): waiting for them put each step a start-up late (the ramp
+    trace's 2 -> 3 came 22 s after 3 were needed). A pinned pod's flows measure
+    the load itself (A / C times what it serves), not the backlog the start-up
+    leaves, so they may ask for more meanwhile; the queue's stock may not."""
+    flows = _Flows.of(inputs.signals)
+    if not flows or not all(flows.measured(pod) for pod in counted):
+        return None
+    name, ceiling, target = proposal.name, CEILINGS[proposal.name], proposal.target
+    factors = _flow_factors(counted, flows)
+    demand = sum(ceiling * factors[pod] for pod in counted)
+    fewest = math.ceil(demand / (target * (1.0 + inputs.tolerances.up)) - 1e-9)
+    if fewest <= max(inputs.current, proposal.replicas or 0):
+        return None
+    n = len(counted)
+    a = sum(flows.arrival[p] for p in counted) / n
+    c = sum(flows.completion[p] for p in counted) / n
+    note = (
+        f"{name} pinned at its ceiling on every serving pod while {count_pods(starting)} start, and the "
+        f"engines' flows say the capacity requested is short: {fmt_value(a)} requests/s arrive per pod and "
+        f"{fmt_value(c)}/s finish, so what arrives at the serving pods is {fmt_value(demand)} of {name}, "
+        f"which {count_pods(fewest)} carry within the tolerance of the target"
+    )
+    return replace(proposal, replicas=fewest, calculated=proposal.replicas, note=note)
+
+
+def _flow_factors(counted: Sequence[str], flows: _Flows) -> dict[str, float]:
+    """How many times what it serves each pinned pod is asked for, by its flows (measured)."""
+    return {
+        pod: min(MAX_QUEUE_FACTOR, max(1.0, flows.arrival[pod] / flows.completion[pod])) for pod in counted
+    }
 
 
 def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
@@ -366,7 +410,7 @@ def _demand_factors(counted: Sequence[str], signals: Signals) -> tuple[dict[str,
     flows = _Flows.of(signals)
     arrival, completion = flows.arrival, flows.completion
     if all(flows.measured(pod) for pod in counted):
-        factors = {pod: min(MAX_QUEUE_FACTOR, max(1.0, arrival[pod] / completion[pod])) for pod in counted}
+        factors = _flow_factors(counted, flows)
         a = sum(arrival[p] for p in counted) / n
         c = sum(completion[p] for p in counted) / n
         return factors, (
