@@ -304,7 +304,7 @@ def _short_while_starting(
 
     On a ramp the load passes what was requested while those pods load their
     model (20 s): waiting for them put each step a start-up late (the ramp
-    trace's 2 -> 3 came 22 s after 3 were needed). A pinned pod's flows measure
+    trace's 2 → 3 came 22 s after 3 were needed). A pinned pod's flows measure
     the load itself (A / C times what it serves), not the backlog the start-up
     leaves, so they may ask for more meanwhile; the queue's stock may not."""
     flows = _Flows.of(inputs.signals)
