@@ -184,6 +184,15 @@ class _Flows:
         """Both flows sent, over enough finished requests to tell a rate."""
         return pod in self.arrival and self.completion.get(pod, 0.0) * self.span_s >= MIN_FINISHED
 
+    def arriving(self, pods: Sequence[str]) -> float:
+        """Requests/s arriving at ``pods`` together (each must have sent its arrivals)."""
+        return sum(self.arrival[pod] for pod in pods)
+
+    def means(self, pods: Sequence[str]) -> tuple[float, float]:
+        """Arrivals and completions per pod over ``pods`` (each must have sent both)."""
+        n = len(pods)
+        return self.arriving(pods) / n, sum(self.completion[pod] for pod in pods) / n
+
 
 def adjust(
     proposal: MetricProposal,
@@ -279,9 +288,7 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
         # The factor is an estimate from a few seconds of requests: ask for the fewest pods at
         # which it is within the tolerance (where HPA's own ratio would then hold), not for a
         # pod more whenever it reads a few percent high.
-        fewest = math.ceil(
-            len(counted) * pinned.usage / (proposal.target * (1.0 + inputs.tolerances.up)) - 1e-9
-        )
+        fewest = _fewest_within(len(counted) * pinned.usage, proposal.target, inputs.tolerances)
         if fewest < pinned.replicas:
             pinned = replace(pinned, replicas=fewest, calculated=pinned.replicas)
             within = f"; {count_pods(fewest)} carry it within the tolerance of the target"
@@ -313,12 +320,10 @@ def _short_while_starting(
     name, ceiling, target = proposal.name, CEILINGS[proposal.name], proposal.target
     factors = _flow_factors(counted, flows)
     demand = sum(ceiling * factors[pod] for pod in counted)
-    fewest = math.ceil(demand / (target * (1.0 + inputs.tolerances.up)) - 1e-9)
+    fewest = _fewest_within(demand, target, inputs.tolerances)
     if fewest <= max(inputs.current, proposal.replicas or 0):
         return None
-    n = len(counted)
-    a = sum(flows.arrival[p] for p in counted) / n
-    c = sum(flows.completion[p] for p in counted) / n
+    a, c = flows.means(counted)
     note = (
         f"{name} pinned at its ceiling on every serving pod while {count_pods(starting)} start, and the "
         f"engines' flows say the capacity requested is short: {fmt_value(a)} requests/s arrive per pod and "
@@ -326,6 +331,12 @@ def _short_while_starting(
         f"which {count_pods(fewest)} carry within the tolerance of the target"
     )
     return replace(proposal, replicas=fewest, calculated=proposal.replicas, note=note)
+
+
+def _fewest_within(demand: float, target: float, tolerances: Tolerances) -> int:
+    """The fewest pods that carry ``demand`` (the metric summed over pods) within the
+    tolerance of the target: where HPA's own ratio would then hold."""
+    return math.ceil(demand / (target * (1.0 + tolerances.up)) - 1e-9)
 
 
 def _flow_factors(counted: Sequence[str], flows: _Flows) -> dict[str, float]:
@@ -346,7 +357,7 @@ def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     flows = _Flows.of(signals)
     if not flows:
         return proposal  # engines without flows (or none): decided without grouping the pods again
-    arrival, completion, span = flows.arrival, flows.completion, flows.span_s
+    arrival, completion = flows.arrival, flows.completion
     values = dict(inputs.values)
     draining: list[str] = []  # pinned, finishing more than arrives
     drained: list[str] = []  # keeping up, reading less now than over the window
@@ -372,13 +383,9 @@ def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     why = "; ".join(
         text
         for text in (
-            _flows_said(draining, "pinned only by a backlog being worked off", arrival, completion, span),
+            _flows_said(draining, "pinned only by a backlog being worked off", flows),
             _flows_said(
-                drained,
-                f"serving all that arrives, with {name} lower now than over the window",
-                arrival,
-                completion,
-                span,
+                drained, f"serving all that arrives, with {name} lower now than over the window", flows
             ),
         )
         if text
@@ -389,16 +396,13 @@ def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     return replace(judged, calculated=proposal.replicas, note=why)
 
 
-def _flows_said(
-    pods: Sequence[str], what: str, arrival: Mapping[str, float], completion: Mapping[str, float], span: float
-) -> str:
+def _flows_said(pods: Sequence[str], what: str, flows: _Flows) -> str:
     if not pods:
         return ""
-    a = sum(arrival[p] for p in pods) / len(pods)
-    c = sum(completion[p] for p in pods) / len(pods)
+    a, c = flows.means(pods)
     return (
         f"{count_pods(len(pods))} {what} ({fmt_value(a)} requests/s arrive, {fmt_value(c)}/s finish "
-        f"over the last {span:g} s)"
+        f"over the last {flows.span_s:g} s)"
     )
 
 
@@ -408,11 +412,9 @@ def _demand_factors(counted: Sequence[str], signals: Signals) -> tuple[dict[str,
     recent = signals.recent
     n = len(counted)
     flows = _Flows.of(signals)
-    arrival, completion = flows.arrival, flows.completion
     if all(flows.measured(pod) for pod in counted):
         factors = _flow_factors(counted, flows)
-        a = sum(arrival[p] for p in counted) / n
-        c = sum(completion[p] for p in counted) / n
+        a, c = flows.means(counted)
         return factors, (
             f"the engines' flows size the step: {fmt_value(a)} requests/s arrive per pod and "
             f"{fmt_value(c)}/s finish, {fmt_value(a / c)} times what they serve"
@@ -561,7 +563,7 @@ def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served |
         return None
     return _Served(
         pods,
-        f"{_arriving(counted, flows)} requests/s arrive and a pod with a queue finishes "
+        f"{fmt_value(flows.arriving(counted))} requests/s arrive and a pod with a queue finishes "
         f"{fmt_value(capacity)}/s, so the capacity of {count_pods(pods)} serves them with the tolerance to spare",
     )
 
@@ -590,14 +592,10 @@ def _capacity(pods: Sequence[str], waiting: Mapping[str, float], flows: _Flows) 
 
 def _serving(counted: Sequence[str], flows: _Flows, capacity: float, tolerances: Tolerances) -> int | None:
     """The fewest pods that serve what arrives at the counted ones with the tolerance to spare."""
-    arriving = sum(flows.arrival[pod] for pod in counted)
+    arriving = flows.arriving(counted)
     if not math.isfinite(arriving):
         return None
     return math.ceil(min(arriving * (1.0 + tolerances.up) / capacity, MAX_REPLICAS_ARITHMETIC))
-
-
-def _arriving(counted: Sequence[str], flows: _Flows) -> str:
-    return fmt_value(sum(flows.arrival[pod] for pod in counted))
 
 
 def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inputs) -> MetricProposal:
@@ -623,7 +621,7 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
     if pods is None or pods <= (proposal.replicas or 0):
         return proposal
     why = (
-        f"the queue is within its target, and {_arriving(counted, flows)} requests/s arrive; a pod finished "
+        f"the queue is within its target, and {fmt_value(flows.arriving(counted))} requests/s arrive; a pod finished "
         f"{fmt_value(remembered.per_pod)}/s when it last had a queue ({remembered.age_s:.0f} s ago), "
         f"so the capacity of {count_pods(pods)} serves them with the tolerance to spare"
     )
