@@ -563,6 +563,10 @@ class ApiServer:
                     first_row = False
                     event = {"type": event["type"], "object": rows}
                 await response.write(_line(event))
+        except ConnectionResetError:
+            # The client hung up (aiohttp's ClientConnectionResetError is one): the watch
+            # ends, as an apiserver's does, with nothing to answer and nothing to log.
+            return response
         finally:
             self.store.unwatch(watcher)
         with contextlib.suppress(ConnectionResetError):

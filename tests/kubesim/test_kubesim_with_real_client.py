@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client import ApiClient, ApiException, Configuration
@@ -467,3 +469,28 @@ async def _wait_for_pods(
         return alive
 
     return await eventually(pods, what=f"{count} pods of {selector}")
+
+
+async def test_a_watch_whose_client_went_away_ends_quietly(
+    kube_sim: KubeSim, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real apiserver drops a watch whose client hung up; it logs no handler error. kube-sim
+    printed aiohttp's "Error handling request" traceback on the next event it had to send
+    (every benchmark run that stopped a decider mid-watch), and kept the watcher until then."""
+    leases = f"{kube_sim.url}/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+    caplog.set_level(logging.ERROR, logger="aiohttp.server")
+    async with aiohttp.ClientSession() as http:  # the fixture's kube-sim takes anyone
+        response = await http.get(f"{leases}?watch=true")
+        assert response.status == 200
+        await eventually(lambda: len(kube_sim.store.watchers) == 1, what="the watch registered")
+        response.close()  # hang up without reading on
+        for n in range(5):  # events the server now tries to send down the closed connection
+            async with http.post(leases, json={"metadata": {"name": f"gone-{n}"}, "spec": {}}) as created:
+                assert created.status == 201
+            await asyncio.sleep(0.05)
+        await eventually(lambda: not kube_sim.store.watchers, what="the watch ended")
+        async with http.get(leases) as listed:  # and the server serves on
+            assert listed.status == 200
+            assert len((await listed.json())["items"]) == 5
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
