@@ -163,6 +163,18 @@ def test_a_reordered_message_does_not_replace_a_newer_one() -> None:
     assert store.read(query(), NOW + 11).value == 20.0
 
 
+def test_after_both_clocks_are_set_back_the_next_message_is_served() -> None:
+    """An NTP step back on a node moves the sender's ``ts`` and this arrival clock together:
+    the kept message then arrived "in the future", its age unknown and never served. Read as
+    reordered, every message after it was ignored until this clock caught up (an hour here),
+    and the workload had no metric for KEDA all that time."""
+    store = LatestMetrics(max_age_s=10)
+    store.observe(Message(ts=NOW, averages={"gpu_util": 80.0}), NOW)
+    back = NOW - 3600
+    assert store.observe(Message(ts=back + 2, averages={"gpu_util": 30.0}), back + 2)
+    assert store.read(query(), back + 3).value == 30.0
+
+
 def test_memory_is_bounded() -> None:
     store = LatestMetrics(max_age_s=10, max_workloads=3)
     for i in range(5):
@@ -170,6 +182,20 @@ def test_memory_is_bounded() -> None:
     assert len(store) == 3
     assert store.snapshot(WorkloadKey("default", "Deployment", "w0")) is None
     assert store.expire(NOW + 4 + store.forget_after_s + 1) == 3
+
+
+def test_a_clock_set_back_further_than_the_memory_forgets_what_it_kept() -> None:
+    """Its age unknown, a snapshot is never served again (read says stale); kept, a workload
+    that stopped publishing would stay until this clock caught up with its arrival."""
+    store = LatestMetrics(max_age_s=10)
+    store.observe(Message(name="live"), NOW)
+    store.observe(Message(name="gone"), NOW)
+    assert store.expire(NOW - 5) == 0, "a step back within the memory forgets nothing"
+    assert store.expire(NOW - store.forget_after_s - 1) == 2
+    store.observe(Message(name="live"), NOW - store.forget_after_s - 1)
+    live = WorkloadQuery(WorkloadKey("default", "Deployment", "live"), "gpu_util", ValueKind.AVERAGE)
+    assert store.read(live, NOW - store.forget_after_s).value == 80.0
+    assert len(store) == 1
 
 
 def test_activity() -> None:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import msgpack
 import pytest
 
 from gpuscale.embedded_nats import EmbeddedNats
@@ -25,7 +26,7 @@ from gpuscale_kedascaler.externalscaler import externalscaler_pb2 as pb
 from gpuscale_kedascaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
 
 from ..waiting import eventually, holds_for
-from .harness import RunningScaler, metrics_payload, publish, running_scaler, settings_for
+from .harness import RunningScaler, metrics_payload, publish, running_scaler, settings_for, subject_of
 
 pytestmark = pytest.mark.integration
 
@@ -313,3 +314,19 @@ async def test_the_scaler_outlives_nats_going_away(tmp_path_factory: pytest.Temp
             assert scaler.counter("gpuscale_nats_reconnects_total") >= 1
     finally:
         server.close()
+
+
+async def test_a_clock_set_back_still_forgets_the_workloads_gone_silent(scaler: RunningScaler) -> None:
+    """The periodic expiry ran when this clock had passed the last one by a minute: set back an
+    hour, it stopped for that hour, keeping every workload that had stopped publishing."""
+    now = time.time()
+    service = scaler.service
+    for name in ("bert", "llama", "whisper"):
+        payload = metrics_payload(WorkloadKey("default", "Deployment", name), ts=now)
+        service.handle(subject_of(payload), msgpack.packb(payload), now)
+    assert len(service.store) == 3
+    back = now - 3600
+    payload = metrics_payload(WorkloadKey("default", "Deployment", "bert"), ts=back)
+    service.handle(subject_of(payload), msgpack.packb(payload), back)
+    assert sorted(k.name for k in service.store.fresh_workloads(back)) == ["bert"]
+    assert len(service.store) == 1, "the two that arrived an hour 'after' now are forgotten"

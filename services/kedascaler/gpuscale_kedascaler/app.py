@@ -138,7 +138,7 @@ class KedaScalerService:
         event = self._changed.pop(key, None)
         if event is not None:
             event.set()
-        if now - self._last_expire > EXPIRE_EVERY_S:
+        if not 0.0 <= now - self._last_expire <= EXPIRE_EVERY_S:  # due, or this clock was set back
             self._last_expire = now
             self.store.expire(now)
             self.m.workloads.set(len(self.store))

@@ -93,13 +93,15 @@ class LatestMetrics:
 
     def observe(self, message: MetricsMessage, received_at: float) -> bool:
         """Keep the message as its workload's latest; False when it is older than the one kept
-        (a reordered message from the same sender), which then stays."""
+        (a reordered message from the same sender), which then stays. Only a kept message of a
+        known age can refuse one: after this clock was set back past its arrival (an NTP step
+        on a node, the sender's clock stepping with it), a new message is not "reordered"."""
         key = WorkloadKey(message.namespace, message.kind, message.name)
         previous = self._latest.get(key)
         if (
             previous is not None
             and message.ts < previous.ts
-            and received_at - previous.received_at <= self.max_age_s
+            and 0.0 <= received_at - previous.received_at <= self.max_age_s
         ):
             return False
         if previous is None and len(self._latest) >= self.max_workloads:
@@ -118,8 +120,10 @@ class LatestMetrics:
         return True
 
     def expire(self, now: float) -> int:
-        """Forget workloads silent for ``forget_after_s``; how many were forgotten."""
-        old = [k for k, s in self._latest.items() if now - s.received_at > self.forget_after_s]
+        """Forget workloads silent for ``forget_after_s``, and those that arrived more than that
+        after ``now`` (this clock was set back: their age is unknown, so they are never served,
+        and a workload still publishing is kept again by its next message); how many went."""
+        old = [k for k, s in self._latest.items() if abs(now - s.received_at) > self.forget_after_s]
         for key in old:
             del self._latest[key]
         return len(old)
