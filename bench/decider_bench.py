@@ -21,6 +21,12 @@ pods by label selector as in production.
     .venv/bin/python bench/decider_bench.py            # 5,000 workloads, 15 s per phase
     .venv/bin/python bench/decider_bench.py --no-warm-up   # each workload's first evaluation counted in
     .venv/bin/python bench/decider_bench.py --workloads 1000 --seconds 5
+    .venv/bin/python bench/decider_bench.py --signals engine   # scaled on requests_waiting and gpu_util
+
+``--signals engine`` gives every workload an inference engine's signals (issue 14): each
+pod's queue, running batch, KV cache and request flows beside its GPU load, and a policy on
+``requests_waiting`` (4 per pod) and ``gpu_util`` (70), so that the queue's rules run (the
+flows' sizing, the capacity a queue measured and the scale-down it keeps) on every message.
 """
 
 from __future__ import annotations
@@ -64,33 +70,38 @@ def workload_name(i: int) -> str:
 # --- publisher (own process) ----------------------------------------------------
 
 
-def _message(i: int, now: float, rng: random.Random) -> bytes:
+def _message(i: int, now: float, rng: random.Random, signals: str = "gpu") -> bytes:
     # Most workloads hover around the target (inside the tolerance); one in
     # twenty swings far enough to want a change now and then.
-    base = 70.0 if i % 20 else 70.0 + 25.0 * math.sin(now / 7.0 + i)
-    util = min(100.0, max(0.0, base + rng.uniform(-3.0, 3.0)))
+    swing = 0.0 if i % 20 else math.sin(now / 7.0 + i)
+    util = min(100.0, max(0.0, 70.0 + 25.0 * swing + rng.uniform(-3.0, 3.0)))
     # As the aggregator sends them to a decider since issue 14: each pod's recent means too.
     recent = min(100.0, max(0.0, util + rng.uniform(-5.0, 5.0)))
-    pods = tuple(
-        PodMetrics(f"{workload_name(i)}-{p}", MetricValues(gpu_util=util), now, MetricValues(gpu_util=recent))
-        for p in range(REPLICAS)
-    )
+    window, latest = MetricValues(gpu_util=util), MetricValues(gpu_util=recent)
+    if signals == "engine":
+        window, latest = _engine_values(util, swing, rng), _engine_values(recent, swing, rng)
+    pods = tuple(PodMetrics(f"{workload_name(i)}-{p}", window, now, latest) for p in range(REPLICAS))
     m = WorkloadMetrics(
-        NAMESPACE,
-        "Deployment",
-        workload_name(i),
-        now,
-        30.0,
-        pods,
-        MetricValues(gpu_util=util),
-        REPLICAS,
-        0,
-        recent_s=3.0,
+        NAMESPACE, "Deployment", workload_name(i), now, 30.0, pods, window, REPLICAS, 0, recent_s=3.0
     )
     return codec.encode(m)
 
 
-async def _publish(url: str, workloads: int, rate: float, seconds: float) -> None:
+def _engine_values(util: float, swing: float, rng: random.Random) -> MetricValues:
+    """A vLLM-like pod that finishes 8 requests/s at capacity: within its queue target while
+    steady; a swinging one builds a queue (more arrives than it finishes), then drains it."""
+    finished = 8.0 * min(1.0, util / 90.0)
+    return MetricValues(
+        gpu_util=util,
+        requests_waiting=max(0.0, 4.0 + 8.0 * swing + rng.uniform(-0.3, 0.3)),
+        requests_running=16.0 * util / 100.0,
+        kv_cache_usage=min(100.0, 40.0 + 30.0 * swing + rng.uniform(-2.0, 2.0)),
+        request_arrival_rate=max(0.0, finished * (1.0 + 0.3 * swing)),
+        request_completion_rate=finished,
+    )
+
+
+async def _publish(url: str, workloads: int, rate: float, seconds: float, signals: str) -> None:
     nc = await connect([url], ServiceMetrics("bench-publisher"), name="bench-publisher")
     rng = random.Random(7)
     subjects_by_i = [
@@ -110,7 +121,7 @@ async def _publish(url: str, workloads: int, rate: float, seconds: float) -> Non
             due = min(total, sent + 500)
         now = time.time()
         while sent < due:
-            await nc.publish(subjects_by_i[i], _message(i, now, rng))
+            await nc.publish(subjects_by_i[i], _message(i, now, rng, signals))
             i = (i + 1) % workloads
             sent += 1
         if math.isfinite(per_tick):
@@ -121,12 +132,14 @@ async def _publish(url: str, workloads: int, rate: float, seconds: float) -> Non
     await drain(nc)
 
 
-def publisher_main(url: str, workloads: int, rate: float, seconds: float, cpu: int | None) -> None:
+def publisher_main(
+    url: str, workloads: int, rate: float, seconds: float, cpu: int | None, signals: str
+) -> None:
     if cpu is not None:
         with contextlib.suppress(OSError, AttributeError):
             os.sched_setaffinity(0, {cpu})
     configure("decider-bench-publisher", "warning", stream=open(os.devnull, "w"))  # noqa: SIM115 - process-long
-    asyncio.run(_publish(url, workloads, rate, seconds))
+    asyncio.run(_publish(url, workloads, rate, seconds, signals))
 
 
 # --- subscribers (this process) ------------------------------------------------------
@@ -181,7 +194,7 @@ def pod_object(workload: str, index: int) -> dict[str, Any]:
     }
 
 
-def make_decider(nc: NATS, workloads: int) -> tuple[Decider, list[Decision]]:
+def make_decider(nc: NATS, workloads: int, signals: str = "gpu") -> tuple[Decider, list[Decision]]:
     replicas = StaticScaleSource(default=REPLICAS)
     pods = PodCache(api=None)  # type: ignore[arg-type]  # fed by hand below: no API server in the benchmark
     for i in range(workloads):
@@ -205,6 +218,9 @@ def make_decider(nc: NATS, workloads: int) -> tuple[Decider, list[Decision]]:
             pods.apply(kind, pod_object(decision.name, p))
 
     decider = Decider(ServiceMetrics("bench-decider"), replicas, pods, MemoryStateStore(), publish)
+    metrics: list[dict[str, Any]] = [{"name": "gpu_util", "target": 70}]
+    if signals == "engine":
+        metrics.append({"name": "requests_waiting", "target": 4})
     scalers = [
         parse_gpuscaler(
             {
@@ -213,7 +229,7 @@ def make_decider(nc: NATS, workloads: int) -> tuple[Decider, list[Decision]]:
                     "scaleTargetRef": {"kind": "Deployment", "name": workload_name(i)},
                     "minReplicas": 1,
                     "maxReplicas": 20,
-                    "metrics": [{"name": "gpu_util", "target": 70}],
+                    "metrics": metrics,
                 },
             }
         )
@@ -232,6 +248,7 @@ async def run_phase(
     mode: str,
     publisher_cpu: int | None,
     warm_up: bool = True,
+    signals: str = "gpu",
 ) -> PhaseResult:
     nc = await connect([url], ServiceMetrics("bench-sub"), name=f"bench-{mode}")
     latencies: array[float] = array("d")
@@ -248,7 +265,7 @@ async def run_phase(
             storage="memory",
             duplicate_window_s=120,
         )
-        decider, published = make_decider(nc, workloads)
+        decider, published = make_decider(nc, workloads, signals)
         handle = decider.handle_metrics
         if warm_up:
             # Each workload's first evaluation creates its series and caches its pod selection:
@@ -256,7 +273,7 @@ async def run_phase(
             rng = random.Random(0)
             for i in range(workloads):
                 key = subjects.WorkloadKey(NAMESPACE, "Deployment", workload_name(i))
-                await handle(subjects.metrics(key), _message(i, time.time(), rng))
+                await handle(subjects.metrics(key), _message(i, time.time(), rng, signals))
             await asyncio.sleep(0.5)  # its decisions published
             published.clear()
 
@@ -291,7 +308,7 @@ async def run_phase(
     proc = psutil.Process()
     expected = int(rate * seconds) if math.isfinite(rate) else int(workloads * seconds)
     ctx = multiprocessing.get_context("spawn")
-    pub = ctx.Process(target=publisher_main, args=(url, workloads, rate, seconds, publisher_cpu))
+    pub = ctx.Process(target=publisher_main, args=(url, workloads, rate, seconds, publisher_cpu, signals))
     cpu_before = proc.cpu_times()
     pub.start()
     deadline = time.monotonic() + seconds * 4 + 30
@@ -351,6 +368,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     mode,
                     publisher_cpu,
                     warm_up=args.warm_up,
+                    signals=args.signals,
                 )
             )
     print()
@@ -358,6 +376,7 @@ async def main_async(args: argparse.Namespace) -> int:
         f"decider benchmark: {args.workloads:,} workloads, 1 msg/workload/s, {args.seconds:g} s per phase, "
         f"python {sys.version.split()[0]}, measured process pinned to cpu {bench_cpu}, "
         f"{'each workload evaluated once before' if args.warm_up else 'no warm-up'}, "
+        f"{'engine signals, policy on requests_waiting and gpu_util' if args.signals == 'engine' else 'gpu_util only'}, "
         f"{psutil.cpu_count()} cpus, load average {load_at_start:.1f} at start / {os.getloadavg()[0]:.1f} at end"
     )
     print()
@@ -398,6 +417,13 @@ def main() -> int:
         default=True,
         help="evaluate each workload once before measuring (its series created, its pods selected): "
         "the steady state; --no-warm-up counts those first evaluations in, as figures before 2026-11-25 (session 4) did",
+    )
+    parser.add_argument(
+        "--signals",
+        choices=("gpu", "engine"),
+        default="gpu",
+        help="gpu: GPU load and a gpu_util policy; engine: each pod's inference-engine signals too, "
+        "and a policy on requests_waiting beside gpu_util (the queue's rules on every message)",
     )
     args = parser.parse_args()
     return asyncio.run(main_async(args))
