@@ -7,7 +7,7 @@ not send them) every answer is HPA's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +18,7 @@ from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.core.reconcile import observation_of
 from gpuscale_decider.core.state import Capacity, TimedValue
 
-from .scenario import NOW, P, pending, policy, seen, step
+from .scenario import NOW, P, pending, policy, recs, seen, step
 
 UTIL = policy()  # gpu_util, target 70, max 10, HPA's scale-up rates
 QUEUE = policy(metrics=[{"name": "requests_waiting", "target": 4}])
@@ -771,9 +771,30 @@ KEPT_SERVING = {
         1,
         "",
     ),
-    "the capacity was measured 11 min ago (the request mix may have changed): HPA's 1": (
+    "the capacity was measured 11 min ago (the request mix may have changed): one pod fewer, not HPA's 1": (
         3,
         idle_queue_pods(3, 13.0),
+        Capacity(NOW - 660, 6.0),
+        2,
+        "a pod finished 6.0/s when it last had a queue, 11 min ago: too long ago to hold the count, so 2 pods are tried",
+    ),
+    "an hour-old capacity, 6 pods serving 32/s (ceil(32 x 1.1/6) = 6): one at a time still, 5": (
+        6,
+        idle_queue_pods(6, 32.0),
+        Capacity(NOW - 3600, 6.0),
+        5,
+        "60 min ago: too long ago to hold the count, so 5 pods are tried",
+    ),
+    "an old capacity, 5 pods, the load fell to 7/s: ceil(7 x 1.1/6) = 2, below one fewer": (
+        5,
+        idle_queue_pods(5, 7.0),
+        Capacity(NOW - 660, 6.0),
+        2,
+        "so 2 pods are tried",
+    ),
+    "an old capacity, nothing arrives: HPA's 1": (
+        3,
+        idle_queue_pods(3, 0.0),
         Capacity(NOW - 660, 6.0),
         1,
         "",
@@ -821,6 +842,45 @@ def test_the_step_s_capacity_keeps_its_three_pods_once_the_queue_is_gone() -> No
     assert later.memory.state.queue_capacity == Capacity(NOW, 5.3)  # no queue: nothing measured anew
 
 
+def test_a_steady_load_past_the_memory_loses_one_pod_and_its_queue_measures_the_capacity_again() -> None:
+    """3 pods serve 13 requests/s with no queue for 11 min after their capacity (6/s) was
+    measured. Let go to HPA's answer, they fell to 1 and the queue came back two pods short;
+    now one pod goes, the queue that forms on 2 measures 6/s again, and the step it grows
+    into is sized by the flows, ceil(13 x 1.1 / 6) = 3, before the level asks."""
+    old = Capacity(NOW - 660, 6.0)
+    down = step(QUEUE, 3, idle_queue_pods(3, 13.0), state=seen(queue_capacity=old))
+    assert down.evaluation is not None
+    assert down.evaluation.desired == 2, down.evaluation.reason
+    # On 2 pods, 6.5/s arrive at each and 6.0/s finish: the queue grows 0.5/s a pod.
+    queued = queue_pod(1.0, 3.0, request_arrival_rate=6.5, request_completion_rate=6.0)
+    back = step(QUEUE, 2, (queued, queued), state=down.memory.state, now=NOW + 60)
+    assert back.memory.state.queue_capacity == Capacity(NOW + 60, 6.0)
+    assert back.evaluation is not None
+    assert back.evaluation.desired == 3, back.evaluation.reason
+    assert "13.0 requests/s arrive" in back.evaluation.reason
+
+
+def test_past_the_memory_the_pods_go_one_per_stabilization_window() -> None:
+    """HPA's default scale-down window (300 s): the old capacity's one-fewer is a
+    recommendation like any other, so 6 pods whose engines got faster (32 requests/s and
+    never a queue) lose one pod per window, not all but one at the first."""
+    scaler = policy(
+        metrics=[{"name": "requests_waiting", "target": 4}],
+        behavior={"scaleDown": {"stabilizationWindowSeconds": 300}},
+    )
+    held = recs((290, 6), (150, 6), (15, 6))  # 6 kept by the capacity while it was fresh
+    state, current, changes = seen(queue_capacity=Capacity(NOW - 660, 6.0), recommendations=held), 6, []
+    for t in range(0, 961, 15):
+        s = step(scaler, current, idle_queue_pods(current, 32.0), state=state, now=NOW + t)
+        assert s.evaluation is not None
+        state = replace(s.memory.state, pending=None)  # the actuator applied it at once
+        if s.evaluation.desired != current:
+            changes.append((t, current, s.evaluation.desired))
+            current = s.evaluation.desired
+    # The last 6 leaves the window at 285 s; each one-fewer then waits out its own window.
+    assert changes == [(285, 6, 5), (585, 5, 4), (885, 4, 3)]
+
+
 def test_only_a_pod_with_a_queue_and_enough_finished_requests_measures_the_capacity() -> None:
     old = Capacity(NOW - 100, 6.0)
     queued = queue_pod(6, 6, request_arrival_rate=9.0, request_completion_rate=7.0)
@@ -850,7 +910,7 @@ _rates = st.floats(min_value=0.0, max_value=50.0)
         st.tuples(st.floats(0.0, 20.0), st.floats(0.0, 20.0), _rates, _rates), min_size=1, max_size=10
     ),
     per_pod=st.floats(min_value=0.01, max_value=100.0),
-    age_s=st.floats(min_value=0.0, max_value=900.0),
+    age_s=st.floats(min_value=0.0, max_value=7200.0),  # held (up to 600 s), then one pod at a time
 )
 def test_a_remembered_capacity_never_scales_up_and_never_lowers_a_decision(
     current: int, pods: list[tuple[float, float, float, float]], per_pod: float, age_s: float

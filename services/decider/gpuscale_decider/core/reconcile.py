@@ -45,7 +45,6 @@ from gpuscale_decider.core.replicas import (
     replicas_text,
 )
 from gpuscale_decider.core.saturation import (
-    CAPACITY_KEPT_S,
     QUEUES,
     Remembered,
     Signals,
@@ -712,14 +711,14 @@ def _evaluate(
 
 
 def _with_capacity(signals: Signals, state: ScalerState, now: float) -> tuple[Signals, ScalerState]:
-    """The signals with the queue's capacity as last measured, and the state
-    remembering it: a queue measures it only while it has one, and reads 0 once
-    capacity suffices (:func:`.saturation._kept_serving`)."""
+    """The signals with the queue's capacity as last measured and its age, and the
+    state remembering it: a queue measures it only while it has one, and reads 0
+    once capacity suffices (:func:`.saturation._kept_serving` judges the age)."""
     measured = queue_capacity(signals)
     if measured is not None:
         state = replace(state, queue_capacity=Capacity(now, measured))
     kept = state.queue_capacity
-    if kept is None or now - kept.ts > CAPACITY_KEPT_S:
+    if kept is None:
         return signals, state
     return replace(signals, capacity=Remembered(kept.per_pod, now - kept.ts)), state
 

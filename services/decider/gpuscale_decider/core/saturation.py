@@ -72,9 +72,10 @@ and what arrives sizes the step. The flows never lower what the level now asks f
 **A queue within its target keeps the pods that serve what arrives.** A queue
 reads 0 whenever capacity suffices, and HPA's answer on 0 is the minimum. A
 scale-down stops at the pods that serve the arrivals at the capacity a queue
-last measured (:func:`queue_capacity`; the caller keeps it, for
-``CAPACITY_KEPT_S``): the count a step up on the same arrivals is sized to.
-Never a scale-up on that memory.
+last measured (:func:`queue_capacity`; the caller keeps it): the count a step
+up on the same arrivals is sized to. Never a scale-up on that memory. Older than
+``CAPACITY_KEPT_S`` it holds no count: the scale-down goes one pod at a time,
+so that a queue forms, and measures the capacity again, one pod short at most.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ FALLING: Final = 0.02
 # After a capacity change, a queue's trend shows once its averages span this many recent spans.
 TREND_SPANS: Final = 2.0
 # How long a queue's measured capacity keeps the pods that serve what arrives: a pod's
-# capacity moves with the request mix, and only a queue measures it again.
+# capacity moves with the request mix, and only a queue measures it again. Older, it
+# lets a scale-down go one pod at a time (a queue that forms then measures it anew).
 CAPACITY_KEPT_S: Final = 600.0
 
 
@@ -136,7 +138,7 @@ class Signals:
     recent: Mapping[str, Mapping[str, float]]  # metric -> pod -> mean over the last recent_s
     recent_s: float | None
     span_s: float | None = None  # the window's averages start this long ago (a capacity change)
-    capacity: Remembered | None = None  # of the queue, where measured within CAPACITY_KEPT_S
+    capacity: Remembered | None = None  # of the queue, as last measured, and how long ago
 
 
 @dataclass(frozen=True, slots=True)
@@ -600,9 +602,8 @@ def _serving(counted: Sequence[str], flows: _Flows, capacity: float, tolerances:
 
 def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inputs) -> MetricProposal:
     """A scale-down on a queue stopped at the pods that serve what arrives, at
-    the capacity a queue measured (:func:`queue_capacity`, now or within
-    CAPACITY_KEPT_S); as it was where nothing was measured or the engines send
-    no arrivals.
+    the capacity a queue measured (:func:`queue_capacity`); as it was where
+    nothing was measured or the engines send no arrivals.
 
     A queue reads 0 whenever capacity suffices, and HPA's ``ceil(n × 0 / target)``
     is the minimum: 3 pods serving 16 requests/s with no queue would be cut to
@@ -610,7 +611,15 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
     with a 0 s scale-down window went 3 → 2 on an unchanged load). A scale-down
     stops at the pods that serve the arrivals, as the step up was sized, so the
     two agree on one count; as fewer arrive, fewer are kept, and with none
-    arriving none are."""
+    arriving none are.
+
+    A capacity measured more than CAPACITY_KEPT_S ago may no longer hold (the
+    request mix moves it, and pods that serve all that arrives never queue to
+    measure it again), so it keeps no count: the scale-down goes one pod at a
+    time. Where the old capacity still holds, a queue forms one pod short and
+    measures it anew; where the pods got faster, the steps go on. Let go to
+    HPA's answer at once instead, a steady load fell to ``minReplicas`` every
+    quarter of an hour, and its queue came back as many pods short."""
     remembered, current = inputs.signals.capacity, inputs.current
     if remembered is None or (proposal.replicas or 0) >= current:
         return proposal
@@ -618,10 +627,26 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
     if not flows.arrival or any(pod not in flows.arrival for pod in counted):
         return proposal
     pods = _serving(counted, flows, remembered.per_pod, inputs.tolerances)
-    if pods is None or pods <= (proposal.replicas or 0):
+    if pods is None:
+        return proposal
+    arriving = fmt_value(flows.arriving(counted))
+    if remembered.age_s > CAPACITY_KEPT_S:
+        pods = min(pods, current - 1)
+        if pods <= (proposal.replicas or 0):
+            return proposal
+        why = (
+            f"the queue is within its target, and {arriving} requests/s arrive; a pod finished "
+            f"{fmt_value(remembered.per_pod)}/s when it last had a queue, {remembered.age_s / 60:.0f} min "
+            f"ago: too long ago to hold the count, so {count_pods(pods)} are tried, and a queue that "
+            "forms measures the capacity again"
+        )
+        return replace(
+            proposal, replicas=pods, calculated=proposal.replicas, note=_joined(proposal.note, why)
+        )
+    if pods <= (proposal.replicas or 0):
         return proposal
     why = (
-        f"the queue is within its target, and {fmt_value(flows.arriving(counted))} requests/s arrive; a pod finished "
+        f"the queue is within its target, and {arriving} requests/s arrive; a pod finished "
         f"{fmt_value(remembered.per_pod)}/s when it last had a queue ({remembered.age_s:.0f} s ago), "
         f"so the capacity of {count_pods(pods)} serves them with the tolerance to spare"
     )
