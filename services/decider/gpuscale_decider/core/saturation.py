@@ -629,16 +629,17 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
     pods = _serving(counted, flows, remembered.per_pod, inputs.tolerances)
     if pods is None:
         return proposal
-    arriving = fmt_value(flows.arriving(counted))
+    said = (
+        f"the queue is within its target, and {fmt_value(flows.arriving(counted))} requests/s arrive; "
+        f"a pod finished {fmt_value(remembered.per_pod)}/s when it last had a queue"
+    )
     if remembered.age_s > CAPACITY_KEPT_S:
         pods = min(pods, current - 1)
         if pods <= (proposal.replicas or 0):
             return proposal
         why = (
-            f"the queue is within its target, and {arriving} requests/s arrive; a pod finished "
-            f"{fmt_value(remembered.per_pod)}/s when it last had a queue, {remembered.age_s / 60:.0f} min "
-            f"ago: too long ago to hold the count, so {count_pods(pods)} are tried, and a queue that "
-            "forms measures the capacity again"
+            f"{said}, {remembered.age_s / 60:.0f} min ago: too long ago to hold the count, so "
+            f"{count_pods(pods)} are tried, and a queue that forms measures the capacity again"
         )
         return replace(
             proposal, replicas=pods, calculated=proposal.replicas, note=_joined(proposal.note, why)
@@ -646,9 +647,8 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
     if pods <= (proposal.replicas or 0):
         return proposal
     why = (
-        f"the queue is within its target, and {arriving} requests/s arrive; a pod finished "
-        f"{fmt_value(remembered.per_pod)}/s when it last had a queue ({remembered.age_s:.0f} s ago), "
-        f"so the capacity of {count_pods(pods)} serves them with the tolerance to spare"
+        f"{said} ({remembered.age_s:.0f} s ago), so the capacity of {count_pods(pods)} serves them "
+        "with the tolerance to spare"
     )
     if pods >= current:
         return _keep(proposal, current, why)  # a memory is no reason to scale up: a queue is
