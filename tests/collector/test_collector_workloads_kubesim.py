@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from gpuscale.wire import WorkloadRef
 from gpuscale_collector.kube_pods import NodePods
 
 from ..k8s_objects import gpu_workload
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -132,3 +134,15 @@ async def test_pod_watch_survives_api_errors_and_gone(kube_sim: Any, kit: Any) -
         assert workloads_by_prefix(pods)["early"] == WorkloadRef("Pod", "early")
         await kube_sim.create(bare_pod("later"))
         await kit.wait_for(lambda: "later" in workloads_by_prefix(pods), what="watch after recovery")
+
+
+async def test_a_stop_ends_the_pod_watch_quietly(kube_sim: Any, kit: Any) -> None:
+    """Stopping cancels the watch's pending read; the stream may only be closed once that
+    read has ended. Closed at once, it raised "aclose(): asynchronous generator is already
+    running", logged as pod_watch_failed on every collector shutdown (each demo and
+    benchmark run showed one per node) and left the response to the garbage collector."""
+    await kube_sim.create(deployment("bert"))
+    with capture_logs() as logs:
+        async with watching(kube_sim):
+            await eventually(lambda: kube_sim.store.watchers, what="the pod watch is open")
+    assert [e for e in logs if e["log_level"] in ("warning", "error")] == []

@@ -139,12 +139,12 @@ class NodePods:
         }
         events = self._api.watch("/api/v1/pods", params, read_timeout_s=WATCH_TIMEOUT_S + 30).__aiter__()
         stopper = asyncio.ensure_future(stop.wait())
+        nxt: asyncio.Future[Any] | None = None
         try:
             while not stop.is_set():
                 nxt = asyncio.ensure_future(events.__anext__())
                 done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 if nxt not in done:
-                    nxt.cancel()
                     return
                 try:
                     event = nxt.result()
@@ -153,6 +153,13 @@ class NodePods:
                 await self._apply(event)
         finally:
             stopper.cancel()
+            if nxt is not None and not nxt.done():
+                # The generator is "running" until its cancelled read has ended: closed
+                # before, it raises instead of hanging up the response.
+                nxt.cancel()
+                await asyncio.wait({nxt})
+                if not nxt.cancelled():
+                    nxt.exception()  # retrieved: the stop wins over what the read ended with
             await events.aclose()  # type: ignore[attr-defined]  # an async generator
 
     async def _apply(self, event: Mapping[str, Any]) -> None:
