@@ -59,21 +59,25 @@ class ProcessGroup:
         return [c for c in self.children if c.proc is not None and c.proc.poll() is not None]
 
     def stop_all(self, timeout_s: float = 6.0) -> dict[str, int | None]:
-        """SIGTERM in reverse start order, then kill what is left after ``timeout_s``."""
-        for child in reversed(self.children):
-            if child.proc is not None and child.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
+        """SIGTERM to every child but the first, which is stopped once they have exited
+        (the demo's kube-sim: the services release their leases and write their last
+        status through it as they stop); each wave's stragglers are killed after
+        ``timeout_s``. Exit codes by name."""
         codes: dict[str, int | None] = {}
-        for child in self.children:
-            if child.proc is None:
-                continue
-            try:
-                codes[child.name] = child.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.proc.kill()
-                codes[child.name] = child.proc.wait()
-            if child._log is not None:
-                child._log.close()
+        for wave in (self.children[1:], self.children[:1]):
+            for child in reversed(wave):
+                if child.proc is not None and child.proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        child.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            for child in wave:
+                if child.proc is None:
+                    continue
+                try:
+                    codes[child.name] = child.proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    child.proc.kill()
+                    codes[child.name] = child.proc.wait()
+                if child._log is not None:
+                    child._log.close()
         return codes
