@@ -118,6 +118,7 @@ class PodServers:
             self._by_address = {a: v for a, v in self._by_address.items() if v[0] != uid}
             await site.stop()
             self.network.release(uid)
+        started = False
         for uid, (ip, endpoint) in wanted.items():
             if uid in self._sites:
                 continue
@@ -128,7 +129,14 @@ class PodServers:
             await site.start()
             self._sites[uid] = site
             self._by_address[(ip, endpoint.port)] = (uid, endpoint.path)
+            started = True
         self.network.close_released()
+        if started:
+            self.cluster.poke()  # their pods may turn Ready now
+
+    def listening(self, uid: str) -> bool:
+        """Whether the pod's server listens (or never will: no address could be bound)."""
+        return uid in self._sites or uid not in self.network.sockets
 
     async def _handle(self, request: web.Request) -> web.Response:
         local = request.transport.get_extra_info("sockname") if request.transport is not None else None

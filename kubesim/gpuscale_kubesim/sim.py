@@ -97,6 +97,7 @@ class KubeSim:
             network=self.network,
         )
         self.pod_servers = PodServers(self.cluster, self.network)
+        self.cluster.kubelets.listening = self.pod_servers.listening  # Ready once it serves
         self.tokens = tokens
         self.api = ApiServer(
             self.store,

@@ -7,6 +7,7 @@ real HTTP."""
 from __future__ import annotations
 
 import random
+import socket
 from typing import Any
 
 import aiohttp
@@ -264,6 +265,49 @@ async def test_a_pod_loading_its_model_does_not_answer_yet() -> None:
         address = await eventually(ip, 10, "the pod's IP")
         # Its address is taken (bound) but nothing listens until it is Ready, 60 s away.
         assert await refused(f"http://{address}:18002/metrics")
+
+
+async def test_a_pod_turns_ready_only_once_its_server_listens() -> None:
+    """As a readiness probe passes only once the server answers. kube-sim wrote Ready and
+    started the pod's server at its next sync, up to 0.2 s later: the collector, scraping a
+    pod as soon as it is Ready, was refused once for every new pod (engine_scrape_failed
+    connect_error at each scale-up of the llm demo). At the very write that says Ready,
+    a connection to the pod's address must be taken."""
+    at_ready: dict[str, bool] = {}
+
+    def on_write(change: Any) -> None:
+        pod = change.obj
+        if pod.get("kind") != "Pod" or change.type != "MODIFIED":
+            return
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (pod.get("status") or {}).get("conditions") or ()
+        )
+        name = pod["metadata"]["name"]
+        if ready and name not in at_ready:
+            try:
+                socket.create_connection((pod["status"]["podIP"], 18003), timeout=1).close()
+                at_ready[name] = True
+            except OSError:
+                at_ready[name] = False
+
+    async with KubeSim(port=0, scenario="empty", startup_delay_s=0.3) as sim:
+        sim.store.listeners.append(on_write)
+        await sim.create(gpu_workload("llm", 3, pod_annotations=vllm_annotations(18003)))
+        await eventually(lambda: len(at_ready) == 3, 10, "the 3 pods Ready")
+        assert at_ready == dict.fromkeys(at_ready, True)
+        # A pod that plays no inference server turns Ready as before.
+        await sim.create(gpu_workload("bert", 1))
+        await eventually(
+            lambda: any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for p in sim.pods()
+                if p["metadata"]["labels"]["app"] == "bert"
+                for c in (p.get("status") or {}).get("conditions") or ()
+            ),
+            10,
+            "the plain GPU pod Ready",
+        )
 
 
 async def test_a_ready_pod_serves_its_metrics_at_its_ip_and_annotated_port() -> None:

@@ -34,11 +34,12 @@ class PodState:
     gpus: list[int]
     scheduled_at: float  # monotonic
     ready: bool = False
+    started: bool = False  # its model loaded: its server may listen, Ready once it does
     terminating_since: float | None = None
 
     @property
     def serving(self) -> bool:
-        return self.ready and self.terminating_since is None
+        return (self.ready or self.started) and self.terminating_since is None
 
 
 @dataclass(frozen=True, slots=True)

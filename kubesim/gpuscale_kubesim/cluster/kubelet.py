@@ -1,17 +1,23 @@
 """The kubelets: a scheduled pod loads its model for ``startup_delay_s`` (Pending,
 ContainerCreating), then runs Ready; a deleted pod is Terminating for
-``termination_delay_s``, then gone. The kubelets write pod status."""
+``termination_delay_s``, then gone. The kubelets write pod status.
+
+A pod that plays an inference server turns Ready only once its server listens
+(:attr:`Kubelets.listening`), as a readiness probe passes only then: told Ready
+sooner, a scraper that reads it at once is refused."""
 
 from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Callable
 
 from gpuscale_kubesim.errors import ApiError
 from gpuscale_kubesim.resources import ResourceDef, format_time
 from gpuscale_kubesim.store import Store
 
 from .common import CountingNetwork, Now, Obj, PodNetwork, PodState, existing_transition
+from .inference import endpoint_of
 from .scheduler import Scheduler
 
 
@@ -34,6 +40,9 @@ class Kubelets:
         # While set, scheduled pods are ready at once: the scenario's cluster was running before.
         self.warm = False
         self.network: PodNetwork = network or CountingNetwork()
+        # Whether a started pod's server listens (uid): kube-sim's pod servers answer;
+        # without them nothing listens anywhere, and no pod waits.
+        self.listening: Callable[[str], bool] = lambda _uid: True
 
     def sync(self, now: Now) -> None:
         pods = list(self.store.raw_items(self.rd_pod))
@@ -85,8 +94,10 @@ class Kubelets:
                 self.network.release(meta["uid"])
             return
         if state is not None and not state.ready and now.mono >= state.scheduled_at + self.startup_delay_s:
-            state.ready = True
-            self.write_status(pod, state, now)
+            state.started = True
+            if endpoint_of(pod) is None or self.listening(meta["uid"]):
+                state.ready = True
+                self.write_status(pod, state, now)
 
     def next_due(self) -> float | None:
         """The monotonic time of the next start-up or termination to finish."""
@@ -94,7 +105,7 @@ class Kubelets:
         for state in self.pods.values():
             if state.terminating_since is not None:
                 due.append(state.terminating_since + self.termination_delay_s)
-            elif not state.ready:
+            elif not state.ready and not state.started:  # a started one waits for its server's word
                 due.append(state.scheduled_at + self.startup_delay_s)
         return min(due) if due else None
 

@@ -77,6 +77,10 @@ class ClusterPlayer:
     def _on_change(self, _change: Change) -> None:
         self._dirty.set()
 
+    def poke(self) -> None:
+        """Reconcile now (a pod's server started listening: it may turn Ready)."""
+        self._dirty.set()
+
     async def run(self, stop: asyncio.Event) -> None:
         self._dirty.set()
         while not stop.is_set():
