@@ -2,9 +2,11 @@
 ContainerCreating), then runs Ready; a deleted pod is Terminating for
 ``termination_delay_s``, then gone. The kubelets write pod status.
 
-A pod that plays an inference server turns Ready only once its server listens
-(:attr:`Kubelets.listening`), as a readiness probe passes only then: told Ready
-sooner, a scraper that reads it at once is refused."""
+A pod that plays an inference server turns Ready at the end of its start-up only
+once its server listens (:attr:`Kubelets.listening`), as a readiness probe passes
+only then: told Ready sooner, a scraper that reads it at once is refused. (Pods of
+a scenario's cluster "running before", or with no start-up at all, are Ready at
+once: their servers follow within the pod servers' next sync.)"""
 
 from __future__ import annotations
 
