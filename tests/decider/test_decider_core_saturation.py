@@ -596,12 +596,14 @@ def test_wild_but_valid_gauges_neither_crash_nor_pass_max_replicas(
 )
 @pytest.mark.parametrize("starting", [0, 1], ids=["all-serving", "one-starting"])
 @pytest.mark.parametrize("remembered", [None, 1e-300, 1.7e308], ids=["no-capacity", "tiny", "huge"])
+@pytest.mark.parametrize("age_s", [10.0, 3.0e9], ids=["fresh", "ancient"])
 def test_wild_but_valid_flows_on_a_queue_neither_crash_nor_pass_max_replicas(
-    flows: dict[str, float], starting: int, remembered: float | None
+    flows: dict[str, float], starting: int, remembered: float | None, age_s: float
 ) -> None:
     """Two queued pods whose flows add up past the largest double, or say nothing arrives;
-    beside a pod still starting, and with a capacity remembered at the extremes."""
-    state = seen(queue_capacity=None if remembered is None else Capacity(NOW - 10, remembered))
+    beside a pod still starting, and with a capacity remembered at the extremes, 10 s or
+    95 years ago (past its 10 min: one pod at a time)."""
+    state = seen(queue_capacity=None if remembered is None else Capacity(NOW - age_s, remembered))
     s = step(QUEUE, 2 + starting, (queue_pod(40, 60, **flows),) * 2 + pending(starting), state=state)
     assert s.evaluation is not None
     assert 2 + starting <= s.evaluation.desired <= 10
