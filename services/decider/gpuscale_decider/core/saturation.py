@@ -186,6 +186,10 @@ class _Flows:
         """Both flows sent, over enough finished requests to tell a rate."""
         return pod in self.arrival and self.completion.get(pod, 0.0) * self.span_s >= MIN_FINISHED
 
+    def sent_arrivals(self, pods: Sequence[str]) -> bool:
+        """Every one of ``pods`` sent what arrives at it."""
+        return all(pod in self.arrival for pod in pods)
+
     def arriving(self, pods: Sequence[str]) -> float:
         """Requests/s arriving at ``pods`` together (each must have sent its arrivals)."""
         return sum(self.arrival[pod] for pod in pods)
@@ -555,7 +559,7 @@ def _served_by(queue: str, counted: Sequence[str], inputs: _Inputs) -> _Served |
     about the queue, and a queue at high utilization need not drain however
     the flows add up."""
     flows = _Flows.of(inputs.signals)
-    if not flows or any(pod not in flows.arrival for pod in counted):
+    if not flows or not flows.sent_arrivals(counted):
         return None
     capacity = _capacity(counted, inputs.signals.recent.get(queue, {}), flows)
     if capacity is None:
@@ -624,7 +628,7 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
     if remembered is None or (proposal.replicas or 0) >= current:
         return proposal
     flows = _Flows.of(inputs.signals)
-    if not flows.arrival or any(pod not in flows.arrival for pod in counted):
+    if not flows.arrival or not flows.sent_arrivals(counted):
         return proposal
     pods = _serving(counted, flows, remembered.per_pod, inputs.tolerances)
     if pods is None:
@@ -634,22 +638,18 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
         f"a pod finished {fmt_value(remembered.per_pod)}/s when it last had a queue"
     )
     if remembered.age_s > CAPACITY_KEPT_S:
-        pods = min(pods, current - 1)
-        if pods <= (proposal.replicas or 0):
-            return proposal
+        pods = min(pods, current - 1)  # so never the keep below
         why = (
             f"{said}, {remembered.age_s / 60:.0f} min ago: too long ago to hold the count, so "
             f"{count_pods(pods)} are tried, and a queue that forms measures the capacity again"
         )
-        return replace(
-            proposal, replicas=pods, calculated=proposal.replicas, note=_joined(proposal.note, why)
+    else:
+        why = (
+            f"{said} ({remembered.age_s:.0f} s ago), so the capacity of {count_pods(pods)} serves "
+            "them with the tolerance to spare"
         )
     if pods <= (proposal.replicas or 0):
         return proposal
-    why = (
-        f"{said} ({remembered.age_s:.0f} s ago), so the capacity of {count_pods(pods)} serves them "
-        "with the tolerance to spare"
-    )
     if pods >= current:
         return _keep(proposal, current, why)  # a memory is no reason to scale up: a queue is
     return replace(proposal, replicas=pods, calculated=proposal.replicas, note=_joined(proposal.note, why))
