@@ -889,6 +889,29 @@ def test_averages_restarted_by_a_new_pod_are_said_in_the_reason() -> None:
     assert "averages of the last 6 s of the 30 s window only: a pod became ready then" in s.evaluation.reason
 
 
+@pytest.mark.parametrize(
+    ("span_s", "said"),
+    [
+        (0.013, "averages of what was measured since a pod became ready, less than a second ago, only"),
+        (2.5, "averages of the last 2.5 s of the 30 s window only"),
+        (12.4, "averages of the last 12 s of the 30 s window only"),
+    ],
+)
+def test_averages_that_restarted_under_a_second_ago_say_so_not_zero_seconds(span_s: float, said: str) -> None:
+    """The aggregator tells a capacity change as soon as every pod was measured after
+    it, often well under a second later: "the last 0 s" would read as no data."""
+    from dataclasses import replace as with_
+
+    views, observation = world(running(3, 66.7), received_at=NOW - 1)
+    assert observation is not None
+    s = reconcile(
+        Memory(seen()), policy(), Target(3, SELECTOR), views, with_(observation, span_s=span_s), NOW
+    )
+    assert s.evaluation is not None
+    assert said in s.evaluation.reason
+    assert " 0 s" not in s.evaluation.reason
+
+
 # --- a clock set back ----------------------------------------------------------------
 # The state is stored in a KV bucket and read by whichever decider replica leads: one
 # whose clock is an hour behind the writer's (or this one's after a step back) finds

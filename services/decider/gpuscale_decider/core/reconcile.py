@@ -41,6 +41,8 @@ from gpuscale_decider.core.replicas import (
     MetricProposal,
     PodView,
     Tolerances,
+    fmt_ago,
+    fmt_seconds,
     metric_proposal,
     replicas_text,
 )
@@ -173,7 +175,7 @@ def _scale_down_held(
             Reason.SCALE_DOWN_STABILIZED,
             "the averages start when a pod became ready: no scale-down until they span the window",
         ), (
-            f"a pod became ready {observation.span_s:.0f} s ago (or the window was made longer): its "
+            f"a pod became ready {fmt_ago(observation.span_s)} (or the window was made longer): its "
             "first seconds, while requests build up on it, are no evidence for a scale-down until the "
             "averages span the window"
         )
@@ -389,10 +391,15 @@ def _averages_notes(observation: Observation, spec: GPUScalerSpec) -> tuple[str,
     than the policy's window."""
     if observation.span_s is None:
         return ()
+    if observation.span_s < 1.0:  # told as soon as every pod was measured after the change
+        return (
+            "averages of what was measured since a pod became ready, less than a second ago, only "
+            "(what was measured before is no evidence of the per-pod load after it)",
+        )
     return (
-        f"averages of the last {observation.span_s:.0f} s of the {spec.window_s:g} s window only: "
-        "a pod became ready then (what was measured before is no evidence of the per-pod load "
-        "after it), or the window was just made longer",
+        f"averages of the last {fmt_seconds(observation.span_s)} s of the "
+        f"{spec.window_s:g} s window only: a pod became ready then (what was measured before is no "
+        "evidence of the per-pod load after it), or the window was just made longer",
     )
 
 

@@ -91,6 +91,7 @@ from gpuscale_decider.core.replicas import (
     PodView,
     Tolerances,
     count_pods,
+    fmt_ago,
     fmt_value,
     group_pods,
     metric_proposal,
@@ -498,7 +499,7 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
         return _keep(
             candidate,
             current,
-            f"capacity changed {signals.span_s:.0f} s ago: the backlog of before stays with the pods "
+            f"capacity changed {fmt_ago(signals.span_s)}: the backlog of before stays with the pods "
             f"that had it, the queue is judged once {TREND_SPANS * recent_s:g} s show where it goes",
         )
     if now_level < window_level * (1.0 - FALLING):
