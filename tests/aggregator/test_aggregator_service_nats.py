@@ -17,11 +17,12 @@ import pytest
 from gpuscale.codec import encode_raw
 from gpuscale.embedded_nats import EmbeddedNats, free_port
 from gpuscale.natsio import NATS
+from gpuscale.steadyclock import SteadyClock
 from gpuscale_aggregator.core.ingest import Aggregator
 from gpuscale_aggregator.core.window import WindowConfig
 
 from ..waiting import eventually, eventually_sync
-from .aggregator_builders import batch, gpu, owner
+from .aggregator_builders import batch, gpu, one_pod_batch, owner
 from .aggregator_harness import MetricsInbox, counter, publish_batch, running_aggregator
 
 pytestmark = pytest.mark.integration
@@ -214,3 +215,51 @@ def test_process_stops_gracefully_on_sigterm(nats_server: EmbeddedNats, tmp_path
             proc.kill()
             proc.wait()
         log.close()
+
+
+async def test_a_pod_becoming_ready_is_published_at_once_not_at_the_next_tick(
+    nats_server: EmbeddedNats, nats_client: NATS
+) -> None:
+    """A scale-up's next step rests on the first message after its pods became ready
+    (the demo's 2 -> 3 while both pods are pinned): as soon as every pod has been
+    measured since, the workload's message goes out, once per tick. The ticks here
+    are a minute apart, so any message within the test is one of those; the window
+    runs on a clock the test moves, so where each batch lands does not depend on how
+    busy the machine is."""
+    t = [time.time()]
+    clock = SteadyClock(wall=lambda: t[0], monotonic=lambda: t[0])
+    inbox = await MetricsInbox().start(nats_client)
+    sent = 0
+    seq: dict[str, int] = {}
+
+    async def at(dt: float, pod: str, node: str, util: float) -> None:
+        nonlocal sent
+        t[0] = start + dt
+        seq[node] = seq.get(node, -1) + 1
+        await publish_batch(nats_client, one_pod_batch(pod, util, node=node, ts=t[0], seq=seq[node]))
+        await nats_client.flush()
+        sent += 1
+        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == sent)
+
+    async with running_aggregator(
+        nats_server.url, clock=clock, window_s=60.0, publish_interval_s=60.0
+    ) as service:
+        await eventually(lambda: service.replay_done, what="replay")
+        start = t[0]
+        for dt in range(4):
+            await at(dt, "bert-0", "node-a", 100.0)
+        assert inbox.messages == []
+        await at(3.6, "bert-1", "node-b", 100.0)  # ready; bert-0 last measured 0.6 s before it
+        assert inbox.messages == []
+        await at(4.0, "bert-0", "node-a", 97.0)  # every pod measured after the change
+        m = await eventually(lambda: inbox.latest("bert"), what="the change's message, before any tick")
+        assert m.pods_fresh == 2
+        assert m.since == pytest.approx(start + 3.6)
+        assert m.averages.gpu_util == pytest.approx((97.0 + 100.0) / 2)
+        assert counter(service, "gpuscale_aggregator_capacity_change_publishes_total") == 1
+        # A third pod in the same cycle (pods that churn): told at the tick, not per batch.
+        await at(4.7, "bert-2", "node-c", 100.0)
+        await at(5.0, "bert-0", "node-a", 96.0)
+        await at(5.1, "bert-1", "node-b", 96.0)
+        assert len(inbox.messages) == 1
+        assert counter(service, "gpuscale_aggregator_capacity_change_publishes_total") == 1

@@ -161,6 +161,12 @@ class AggregatorMetrics:
             "in and out follow the wall clock",
             registry=registry,
         )
+        self.capacity_changes = Counter(
+            "gpuscale_aggregator_capacity_change_publishes_total",
+            "Metrics messages published out of the cycle: a workload's capacity changed (a pod "
+            "became ready) and every pod has been measured since",
+            registry=registry,
+        )
         self.span = Gauge(
             "gpuscale_aggregator_window_span_seconds",
             "The longest window the per-pod rings hold (grows with what GPUScalers ask, up to --max-window)",
@@ -221,6 +227,8 @@ class AggregatorService:
         self._subject_by_workload: dict[tuple[str, str, str], str] = {}
         self._tick = 0
         self._live_sub: Any = None
+        # Workloads published out of the cycle since the last tick (at most one each).
+        self._published_early: set[tuple[str, str, str]] = set()
         part = self.settings.partition
         self.partition_index: int = part[0] if part is not None else 0
         self.partitions: int = part[1] if part is not None else 1
@@ -237,6 +245,8 @@ class AggregatorService:
                 self.m.ignored.labels(reason="held_overflow").inc()
             return
         self.handle(msg.subject, msg.data, self.clock())
+        if self.core.store.settled:
+            await self.publish_settled()
         if self._tick % YIELD_EVERY == 0:
             # nats-py runs callbacks back to back while its queue is not empty;
             # let its reader (and PING/PONG) run, or a long backlog looks like a
@@ -433,6 +443,7 @@ class AggregatorService:
         held, self._held = self._held or [], None
         for subject, data, arrival in held:
             self.handle(subject, data, arrival, overlap=True)
+        self.core.take_settled()  # changes replayed are old news: the first cycle tells them
         elapsed = time.monotonic() - started
         self.m.replay_seconds.set(elapsed)
         self.replay_done = True
@@ -506,29 +517,65 @@ class AggregatorService:
             if next_at < loop.time():  # fell behind: skip missed ticks instead of bursting
                 next_at = loop.time() + interval
 
-    async def publish_once(self) -> int:
+    async def publish_settled(self) -> None:
+        """A workload whose capacity just changed (a scale-up's pod became ready) and
+        whose every pod has been measured since: its message now, not at the next tick.
+        That message is the decider's first evidence of the per-pod load after the
+        change (the next step of a saturated scale-up rests on it). Once per workload
+        between ticks, so pods that churn cannot turn batches into publishes."""
+        workloads = self.core.take_settled()
+        if self.nc is None:
+            return
+        now = self.clock()
+        for workload in workloads:
+            if workload in self._published_early:
+                continue
+            message = self.core.message_of(workload, now, wall_offset_s=self._wall_offset_s)
+            if message is None:
+                continue
+            self._published_early.add(workload)
+            if await self._publish(workload, message) is True:
+                self.m.capacity_changes.inc()
+                self.m.metrics_out.inc()
+                self.log.debug(
+                    "capacity_change_published",
+                    workload="/".join(workload),
+                    pods=message.pods_fresh,
+                    since=message.since if message.since is not UNSET else None,
+                )
+
+    async def _publish(self, workload: tuple[str, str, str], message: WorkloadMetrics) -> bool | None:
+        """Publish one workload's message: True, False (NATS refused it), None (too large)."""
         nc = self.nc
+        if nc is None:
+            return False
+        limit = nc.max_payload or DEFAULT_MAX_PAYLOAD
+        data = codec.encode(message)
+        if len(data) > limit:
+            self._too_large(workload, message, len(data), limit)
+            return None
+        try:
+            await nc.publish(self._metrics_subject(workload), data)
+        except Exception as e:  # noqa: BLE001 - NATS away: the next cycle publishes fresh values
+            if self.once.first("publish", type(e).__name__):
+                self.log.warning("metrics_publish_failed", error=f"{type(e).__name__}: {e}")
+            return False
+        return True
+
+    async def publish_once(self) -> int:
         started = slice_started = time.perf_counter()
         busy = 0.0
         now = self.clock()
         self._wall_offset_s = offset = self.clock.step_s()
         self.m.wall_step.set(offset)
+        self._published_early.clear()
         published = too_large = 0
-        limit = nc.max_payload if nc is not None and nc.max_payload else DEFAULT_MAX_PAYLOAD
         messages = self.core.iter_messages(now, wall_offset_s=offset)
         for workloads, (workload, message) in enumerate(messages, start=1):
-            if message is not None and nc is not None:
-                data = codec.encode(message)
-                if len(data) > limit:
-                    too_large += 1
-                    self._too_large(workload, message, len(data), limit)
-                    continue
-                try:
-                    await nc.publish(self._metrics_subject(workload), data)
-                    published += 1
-                except Exception as e:  # noqa: BLE001 - NATS away: the next cycle publishes fresh values
-                    if self.once.first("publish", type(e).__name__):
-                        self.log.warning("metrics_publish_failed", error=f"{type(e).__name__}: {e}")
+            if message is not None:
+                sent = await self._publish(workload, message)
+                published += sent is True
+                too_large += sent is None
             if workloads % PUBLISH_SLICE == 0:
                 busy += time.perf_counter() - slice_started
                 await asyncio.sleep(0)

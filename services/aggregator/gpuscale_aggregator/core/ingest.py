@@ -166,3 +166,17 @@ class Aggregator:
             if isinstance(node, str):
                 self.clocks.forget(node)
         return self.store.iter_messages(now, wall_offset_s=wall_offset_s)
+
+    def take_settled(self) -> list[WorkloadTuple]:
+        """Workloads whose capacity changed and whose every fresh pod has been
+        measured since (see :meth:`WindowStore._settle`), each once; their next
+        message is news the decider should not wait a publish cycle for."""
+        store = self.store
+        settled, store.settled = store.settled, []
+        return settled
+
+    def message_of(
+        self, workload: WorkloadTuple, now: float, *, wall_offset_s: float = 0.0
+    ) -> WorkloadMetrics | None:
+        """One workload's message now, out of the publish cycle (None: no pod left)."""
+        return self.store.message_of(workload, now, wall_offset_s)

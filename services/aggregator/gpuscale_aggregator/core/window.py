@@ -180,6 +180,8 @@ TTL_MAX_S: Final = 3600.0
 # Why a window request was not taken as asked (a metrics label: low cardinality).
 CLAMPED: Final = "clamped"  # shorter than a bucket or longer than max_window_s: the nearest allowed
 TOO_MANY: Final = "too_many_workloads"  # max_requests workloads already have a window of their own
+# Capacity changes followed at once, at most (more wait for the tick: bounded work per batch).
+MAX_PENDING_CHANGES: Final = 256
 
 
 class WindowStore:
@@ -220,6 +222,13 @@ class WindowStore:
         self._engine_totals = array("d")  # _ENGINE_TOTALS per engine pod
         self._engine_capacity = 0
         self._engine_free: list[int] = []
+        # Capacity changes (a pod joined a workload: a scale-up's pod became ready) not yet
+        # measured on every pod: workload -> the joining pod's first sample. Once every
+        # fresh pod has been heard since, the workload is ``settled``: its next message is
+        # the first that tells the per-pod load after the change, and the shell need not
+        # wait for its tick to say so.
+        self.changes: dict[WorkloadTuple, float] = {}
+        self.settled: list[WorkloadTuple] = []
 
     # --- what policies ask for ----------------------------------------------------
 
@@ -334,6 +343,8 @@ class WindowStore:
             members = self.workloads[workload] = {}
         members[pod] = pid
         self._pod_count += 1
+        if len(members) > 1 and (workload in self.changes or len(self.changes) < MAX_PENDING_CHANGES):
+            self.changes[workload] = ts
         return pid
 
     def _free_pod(self, workload: WorkloadTuple, pod: str, pid: int) -> None:
@@ -386,6 +397,8 @@ class WindowStore:
         unpack_from = _RECORD.unpack_from
         size = _RECORD.size
         engine_ids = self._engine
+        changes = self.changes  # almost always empty: one truth test per owner
+        touched: set[WorkloadTuple] | None = None
         for g in batch.gpus:
             util = g.util
             owners = g.owners
@@ -407,6 +420,10 @@ class WindowStore:
                 pid = None if members is None else members.get(o.pod)
                 if pid is None:
                     pid = self._new_pod(workload, o.pod, bucket, ts)
+                if changes and workload in changes:
+                    if touched is None:
+                        touched = set()
+                    touched.add(workload)
                 engine = o.engine
                 eid = engine_ids[pid]
                 if engine and eid == _NO_ENGINE:
@@ -501,6 +518,30 @@ class WindowStore:
                 if ts >= last_seen[pid]:
                     last_seen[pid] = ts
                     intervals[pid] = interval_s
+        if touched is not None:
+            for workload in touched:
+                self._settle(workload, ts)
+
+    def _settle(self, workload: WorkloadTuple, now: float) -> None:
+        """``workload``'s capacity change is settled once every fresh pod has a sample
+        from after it (the same edge the averages start at: a tick's spread kept), or
+        dropped when it is no change (pods starting together: one capacity)."""
+        members = self.workloads.get(workload)
+        since = None
+        if members is not None and len(members) > 1:
+            since = self._capacity_change(members, now - self.window_of(workload))
+        if since is None or members is None:
+            self.changes.pop(workload, None)
+            return
+        after = since - self._half_bucket
+        stale_after = self.config.stale_intervals
+        last_seen, intervals = self._last_seen, self._interval
+        for pid in members.values():
+            seen = last_seen[pid]
+            if seen <= after and now - seen <= stale_after * intervals[pid]:
+                return  # a fresh pod not heard since the change yet
+        del self.changes[workload]
+        self.settled.append(workload)
 
     # --- the engine ring (pods with an inference engine only) ---------------------------
 
@@ -660,40 +701,66 @@ class WindowStore:
         carry (``ts``, ``since``, ``last_seen``) where the window runs on a clock of
         its own and receivers compare them with their wall clocks."""
         self._lapse(now)
-        default_window = self.config.window_s
-        wanted_by = self.wanted
+        self.settled.clear()  # every workload's message follows: none waits on its change
+        if self.changes:
+            self._forget_changes(now)
         for workload, members in list(self.workloads.items()):
-            wanted = wanted_by.get(workload)
-            window = default_window if wanted is None else wanted.window_s
-            cutoff = now - window
-            since = self._capacity_change(members, cutoff) if len(members) > 1 else None
-            if since is None:
-                gone = [pod for pod, pid in members.items() if not self._evict(pid, cutoff)]
-            else:
-                # Samples from before the workload's capacity grew are no evidence of its
-                # per-pod load after: they leave (a tick's spread across nodes kept), from
-                # every pod heard since; a stale pod keeps its window, listed as before.
-                after = max(cutoff, since - self._half_bucket)
-                last_seen = self._last_seen
-                gone = [
-                    pod
-                    for pod, pid in members.items()
-                    if not self._evict(pid, after if last_seen[pid] > after else cutoff)
-                ]
-            for pod in gone:
-                self._free_pod(workload, pod, members.pop(pod))
-            if not members:
-                self.workloads.pop(workload, None)
-                continue
-            if not build:
-                yield workload, None
-                continue
-            recent_s = None
-            if wanted is not None:
-                recent_s = wanted.recent_s
-                if wanted.covers_from > cutoff and (since is None or wanted.covers_from > since):
-                    since = wanted.covers_from  # a longer window than was kept: say what it covers
-            yield workload, self._message(workload, members, now, since, window, recent_s, wall_offset_s)
+            message = self._expire_and_build(workload, members, now, build, wall_offset_s)
+            if members:
+                yield workload, message
+
+    def message_of(
+        self, workload: WorkloadTuple, now: float, wall_offset_s: float = 0.0
+    ) -> WorkloadMetrics | None:
+        """One workload's message out of the cycle (expiring its pods as a cycle
+        would); None when it has no pod left."""
+        members = self.workloads.get(workload)
+        if members is None:
+            return None
+        return self._expire_and_build(workload, members, now, True, wall_offset_s)
+
+    def _forget_changes(self, now: float) -> None:
+        """Changes never settled (a pod went quiet) end when the window has passed them."""
+        workloads = self.workloads
+        for workload, joined_at in list(self.changes.items()):
+            if workload not in workloads or joined_at <= now - self.window_of(workload):
+                del self.changes[workload]
+
+    def _expire_and_build(
+        self, workload: WorkloadTuple, members: dict[str, int], now: float, build: bool, wall_offset_s: float
+    ) -> WorkloadMetrics | None:
+        """Expire ``workload``'s pods (a pod with nothing left leaves ``members``; the
+        workload leaves with its last pod), then its message if ``build``."""
+        wanted = self.wanted.get(workload)
+        window = self.config.window_s if wanted is None else wanted.window_s
+        cutoff = now - window
+        since = self._capacity_change(members, cutoff) if len(members) > 1 else None
+        if since is None:
+            gone = [pod for pod, pid in members.items() if not self._evict(pid, cutoff)]
+        else:
+            # Samples from before the workload's capacity grew are no evidence of its
+            # per-pod load after: they leave (a tick's spread across nodes kept), from
+            # every pod heard since; a stale pod keeps its window, listed as before.
+            after = max(cutoff, since - self._half_bucket)
+            last_seen = self._last_seen
+            gone = [
+                pod
+                for pod, pid in members.items()
+                if not self._evict(pid, after if last_seen[pid] > after else cutoff)
+            ]
+        for pod in gone:
+            self._free_pod(workload, pod, members.pop(pod))
+        if not members:
+            self.workloads.pop(workload, None)
+            return None
+        if not build:
+            return None
+        recent_s = None
+        if wanted is not None:
+            recent_s = wanted.recent_s
+            if wanted.covers_from > cutoff and (since is None or wanted.covers_from > since):
+                since = wanted.covers_from  # a longer window than was kept: say what it covers
+        return self._message(workload, members, now, since, window, recent_s, wall_offset_s)
 
     def _capacity_change(self, members: dict[str, int], cutoff: float) -> float | None:
         """When a pod joined the others within the window (a scale-up's pod became
