@@ -732,6 +732,8 @@ class WindowStore:
         """Expire ``workload``'s pods (a pod with nothing left leaves ``members``; the
         workload leaves with its last pod), then its message if ``build``."""
         wanted = self.wanted.get(workload)
+        if wanted is not None and wanted.until <= now:
+            wanted = None  # lapsed (a cycle removes it; one workload's message only ignores it)
         window = self.config.window_s if wanted is None else wanted.window_s
         cutoff = now - window
         since = self._capacity_change(members, cutoff) if len(members) > 1 else None
