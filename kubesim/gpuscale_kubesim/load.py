@@ -52,6 +52,26 @@ class Profile:
                 break
         return value
 
+    def level_start(self, t: float) -> float | None:
+        """When the level in force at ``t`` began (profile seconds), so that a reader
+        polling the load can place a step exactly; None where the load moves
+        continuously (a sine, a line between points)."""
+        if self.sine is not None or self.linear:
+            return None
+        t = max(0.0, t)
+        base = 0.0
+        if self.period_s:
+            base = (t // self.period_s) * self.period_s
+            t -= base
+        start = 0.0
+        for point, _ in self.points:
+            if point > t:
+                break
+            start = point
+        if base and start == 0.0 and len(self.points) > 1 and self.points[-1][1] == self.points[0][1]:
+            start = self.points[-1][0] - (self.period_s or 0.0)  # the last level goes on into this period
+        return base + start
+
 
 def constant(load: float) -> Profile:
     return Profile(f"constant:{load:g}", ((0.0, float(load)),))

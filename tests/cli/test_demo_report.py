@@ -9,9 +9,11 @@ from gpuscale_cli.demo.report import (
     Provisioning,
     RunRecord,
     TimelinePoint,
+    exact_points,
     needed_replicas,
     provisioning,
     reaction_s,
+    record_provisioning,
     summary,
     violations,
 )
@@ -85,7 +87,7 @@ def test_summary_has_the_documented_fields() -> None:
         "requests_waiting_avg": None,
     }
     assert doc["violations"] == []
-    # Issue 14's fields: 90 needs 2 at 70 per pod; 1 requested from t=20 to the end (t=20).
+    # Issue 14's fields: 90 needs 2 at 70 per pod; 1 requested from t=20 until the PATCH at 25.
     assert {
         "time_to_adequate_s",
         "underprovisioned_gpu_s",
@@ -95,7 +97,7 @@ def test_summary_has_the_documented_fields() -> None:
         "oscillations",
         "needed_per_pod",
     } <= set(doc)
-    assert (doc["time_to_adequate_s"], doc["underprovisioned_gpu_s"]) == (0.0, 0.0)
+    assert (doc["time_to_adequate_s"], doc["underprovisioned_gpu_s"]) == (5.0, 5.0)
 
 
 # --- provisioning: requested replicas against what the load needs -------------------
@@ -158,3 +160,42 @@ def test_a_shortfall_open_at_the_end_lasts_until_then_and_gpus_per_pod_scale_the
     p = provisioning([(0.0, 200.0, 1), (10.0, 200.0, 1), (20.0, 200.0, 2)], gpus_per_pod=2)
     assert p.episodes == ((0.0, 20.0),)
     assert p.underprovisioned_gpu_s == 2 * 2 * 10 + 2 * 2 * 10  # short 2 pods of 2 GPUs for 20 s
+
+
+# --- measured at the events' own times, not the polls' ---------------------------------
+# The observer polls the cluster once a second. A step the cluster says began at 14.3 s
+# is seen at the 15 s poll, and a PATCH applied at 39.1 s at the 40 s poll: on polls
+# alone a time to adequate is off by up to a second at either end (the demo's step read
+# 25.04 s where it took 24.8).
+
+
+def demo_step_run(load_changes: list[tuple[float, float]]) -> RunRecord:
+    timeline = [point(t, 30.0 if t < 15 else 200.0, 1 if t < 19 else 2 if t < 40 else 3) for t in range(60)]
+    record = run(timeline, [applied(18.8, 1, 2), applied(39.1, 2, 3)])
+    record.load_changes.extend(load_changes)
+    return record
+
+
+def test_a_step_and_its_patches_are_measured_at_their_own_times() -> None:
+    record = demo_step_run([(0.0, 30.0), (14.3, 200.0)])
+    p = record_provisioning(record)
+    assert p.time_to_adequate_s == 24.8  # 39.1 - 14.3; the polls say 40 - 15
+    assert p.episodes == ((14.3, 24.8),)
+    assert reaction_s(record) == 4.5  # 18.8 - 14.3
+    # Short 2 pods from 14.3 to 18.8, then 1 until 39.1 (70 GPU-% a pod, one GPU each).
+    assert p.underprovisioned_gpu_s == round(2 * 4.5 + 1 * 20.3, 1)
+
+
+def test_without_level_starts_the_polled_load_stands_and_patches_are_still_exact() -> None:
+    """A ramp or a sine has no level start: the step is where a poll saw it."""
+    p = record_provisioning(demo_step_run([]))
+    assert p.time_to_adequate_s == 24.1  # 39.1 - 15
+    assert reaction_s(demo_step_run([])) == 3.8
+
+
+def test_a_poll_and_an_event_at_the_same_time_take_the_event() -> None:
+    record = run(
+        [point(0, 30.0), point(10, 30.0, replicas=1), point(20, 200.0, replicas=1)], [applied(10, 1, 3)]
+    )
+    points = exact_points(record)
+    assert points == [(0, 30.0, 1), (10, 30.0, 1), (10, 30.0, 3), (20, 200.0, 1)]

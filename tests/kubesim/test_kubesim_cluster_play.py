@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import aiohttp
@@ -167,10 +168,12 @@ async def test_load_is_split_among_ready_pods_in_the_gpu_endpoint() -> None:
                 assert response.status == 404
                 assert (await response.json())["reason"] == "NotFound"
 
+            before = time.time()
             async with http.put(
                 f"{sim.url}/sim/v1/workloads/{NS}/bert/load", json={"profile": "constant:30"}
             ) as r:
                 assert r.status == 200
+            after = time.time()
             async with http.get(f"{sim.url}/sim/v1/workloads") as response:
                 workloads = (await response.json())["workloads"]
             assert workloads == [
@@ -179,11 +182,35 @@ async def test_load_is_split_among_ready_pods_in_the_gpu_endpoint() -> None:
                     "kind": "Deployment",
                     "name": "bert",
                     "load": 30.0,
+                    "load_since": workloads[0]["load_since"],
                     "replicas": 3,
                     "current_replicas": workloads[0]["current_replicas"],
                     "ready_replicas": workloads[0]["ready_replicas"],
                 }
             ]
+            assert before - 0.01 <= workloads[0]["load_since"] <= after + 0.01  # the profile began then
+
+            # A step placed at its own time, however late the reader polls after it.
+            before = time.time()
+            async with http.put(
+                f"{sim.url}/sim/v1/workloads/{NS}/bert/load",
+                json={"profile": [{"t": 0, "load": 30}, {"t": 0.3, "load": 90}]},
+            ) as r:
+                assert r.status == 200
+            after = time.time()
+
+            async def stepped() -> dict[str, Any]:
+                async with http.get(f"{sim.url}/sim/v1/workloads") as response:
+                    (bert,) = (await response.json())["workloads"]
+                assert bert["load"] == 90.0
+                return dict(bert)
+
+            bert = await eventually(stepped)
+            assert before + 0.3 - 0.01 <= bert["load_since"] <= after + 0.3 + 0.01
+            async with http.put(f"{sim.url}/sim/v1/workloads/{NS}/bert/load", json={"profile": "ramp"}) as r:
+                assert r.status == 200
+            async with http.get(f"{sim.url}/sim/v1/workloads") as response:
+                assert (await response.json())["workloads"][0]["load_since"] is None  # it moves continuously
             async with http.put(f"{sim.url}/sim/v1/workloads/{NS}/bert/load", json={"profile": "bogus"}) as r:
                 assert r.status == 400
 

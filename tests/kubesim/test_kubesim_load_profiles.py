@@ -52,6 +52,29 @@ def test_profile_value_at_time(case: At) -> None:
     assert load.parse_profile(case.profile).at(case.t) == pytest.approx(case.want)
 
 
+LEVEL_CASES = [
+    At("step's quiet level began at the start", "step", 14.9, 0),
+    At("step's high level began at 15 s", "step", 99.5, 15),
+    At("spike's second spike began two minutes after the first", "spike", 120 + 35, 150),
+    At("spike's base in its second period began when the first spike ended", "spike", 130, 45),
+    At("bursty's burst in its second period", "bursty", 220 + 85, 300),
+    At("a constant's level began at the start", "constant:120", 55, 0),
+]
+
+
+@pytest.mark.parametrize("case", LEVEL_CASES, ids=lambda c: c.name)
+def test_a_stepwise_profile_says_when_its_level_began(case: At) -> None:
+    """So a reader that polls the load once a second places a step at its own time."""
+    profile = load.parse_profile(case.profile)
+    assert profile.level_start(case.t) == case.want
+    assert profile.at(case.want) == profile.at(case.t)
+
+
+@pytest.mark.parametrize("name", ["ramp", "diurnal"])
+def test_a_load_that_moves_continuously_has_no_level_start(name: str) -> None:
+    assert load.parse_profile(name).level_start(80.0) is None
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [

@@ -42,6 +42,7 @@ class WorkloadView:
     requests_waiting_avg: float | None = None
     metrics_ts: float | None = None
     load: float | None = None
+    load_since: float | None = None  # the wall time kube-sim says the current level began
     replicas: int | None = None
     desired: int | None = None
     conditions: list[dict[str, Any]] = field(default_factory=list)
@@ -275,6 +276,12 @@ class Observer:
                 continue
             view.load = float(w["load"])
             view.max_load = max(view.max_load, view.load)
+            since = w.get("load_since")
+            if isinstance(since, int | float) and since != view.load_since:
+                # The step's own time, not the poll's (up to a second later): what the
+                # report's times to adequate are measured from.
+                view.load_since = since
+                view.record.load_changes.append((self.state.t(since), view.load))
             view.replicas = int(w["replicas"])
             view.ready = int(w.get("ready_replicas", 0))
 

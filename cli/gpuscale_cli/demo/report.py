@@ -76,17 +76,45 @@ class RunRecord:
     timeline: list[TimelinePoint] = field(default_factory=list)
     decisions: list[DecisionRecord] = field(default_factory=list)
     actions: list[ActionRecord] = field(default_factory=list)
+    # (t, load) where a load level began, as the cluster says (exact; the timeline's
+    # polls see it up to a period later). Empty where the load moves continuously.
+    load_changes: list[tuple[float, float]] = field(default_factory=list)
 
 
-def first_load_step(timeline: list[TimelinePoint], min_rise: float = 5.0) -> float | None:
-    """When the load first rose above where it started (by more than noise)."""
-    start = next((p.load for p in timeline if p.load is not None), None)
-    if start is None:
+def exact_points(record: RunRecord) -> list[tuple[float, float, int]]:
+    """``(t, load, requested replicas)`` in time order: the timeline's polls, plus a
+    point at each load level's start and at each applied PATCH, each carrying the
+    other value forward. Measured on polls alone, a time to adequate is off by up to
+    a poll period at either end."""
+    events: list[tuple[float, int, float | None, int | None]] = [
+        (p.t, 0, p.load, p.replicas) for p in record.timeline if p.load is not None and p.replicas
+    ]
+    if not events:
+        return []
+    events += [(t, 1, load, None) for t, load in record.load_changes]
+    events += [
+        (a.t, 1, None, a.replicas_after)
+        for a in record.actions
+        if a.outcome in APPLIED and a.replicas_after is not None and a.replicas_after > 0
+    ]
+    events.sort(key=lambda e: (e[0], e[1]))  # at one time, the exact event after the poll
+    points: list[tuple[float, float, int]] = []
+    load: float | None = None
+    replicas: int | None = None
+    for t, _, new_load, new_replicas in events:
+        load = new_load if new_load is not None else load
+        replicas = new_replicas if new_replicas is not None else replicas
+        if load is not None and replicas is not None:
+            points.append((t, load, replicas))
+    return points
+
+
+def first_rise(loads: Sequence[tuple[float, float]], min_rise: float = 5.0) -> float | None:
+    """The first ``t`` whose load is above the first one by more than ``min_rise``."""
+    if not loads:
         return None
-    for point in timeline:
-        if point.load is not None and point.load > start + min_rise:
-            return point.t
-    return None
+    start = loads[0][1]
+    return next((t for t, load in loads if load > start + min_rise), None)
 
 
 def first_scale_up(actions: list[ActionRecord], after_t: float = 0.0) -> float | None:
@@ -104,7 +132,7 @@ def first_scale_up(actions: list[ActionRecord], after_t: float = 0.0) -> float |
 
 def reaction_s(record: RunRecord) -> float | None:
     """First load step -> first scale-up PATCH."""
-    step = first_load_step(record.timeline)
+    step = first_rise([(t, load) for t, load, _ in exact_points(record)])
     if step is None:
         return None
     up = first_scale_up(record.actions, step)
@@ -251,10 +279,12 @@ def provisioning(
 
 
 def record_provisioning(record: RunRecord, per_pod: float = NEEDED_PER_POD) -> Provisioning:
-    """:func:`provisioning` over a demo run's timeline (points with a load and a count)."""
-    points = [(p.t, p.load, p.replicas) for p in record.timeline if p.load is not None and p.replicas]
+    """:func:`provisioning` over a demo run's :func:`exact_points`."""
     return provisioning(
-        points, per_pod, min_replicas=record.limits.min_replicas, max_replicas=record.limits.max_replicas
+        exact_points(record),
+        per_pod,
+        min_replicas=record.limits.min_replicas,
+        max_replicas=record.limits.max_replicas,
     )
 
 

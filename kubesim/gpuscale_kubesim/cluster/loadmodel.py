@@ -64,6 +64,16 @@ class LoadModel:
             return 0.0
         return entry.profile.at((now.mono - entry.since) * self.speed)
 
+    def load_since(self, namespace: str, name: str, now: Now) -> float | None:
+        """The wall time the workload's current load level began (None: no load, or
+        one that moves continuously): a reader that polls places the step exactly."""
+        entry = self.loads.get((namespace, name)) or self._load_from_annotation(namespace, name, now)
+        if entry is None:
+            return None
+        elapsed = (now.mono - entry.since) * self.speed
+        start = entry.profile.level_start(elapsed)
+        return None if start is None else now.wall - (elapsed - start) / self.speed
+
     def _sim_load(self, workload: tuple[str, str], sim_t: float, now: Now) -> float:
         """The workload's load at simulated time ``sim_t`` (``mono × speed``)."""
         entry = self.loads.get(workload) or self._load_from_annotation(workload[0], workload[1], now)
@@ -157,6 +167,7 @@ class LoadModel:
                         "kind": rd.kind,
                         "name": meta["name"],
                         "load": round(self.load_of(meta["namespace"], meta["name"], now), 2),
+                        "load_since": self.load_since(meta["namespace"], meta["name"], now),
                         "replicas": int((obj.get("spec") or {}).get("replicas", 0) or 0),
                         "current_replicas": int((obj.get("status") or {}).get("replicas", 0) or 0),
                         "ready_replicas": int((obj.get("status") or {}).get("readyReplicas", 0) or 0),
