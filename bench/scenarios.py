@@ -74,6 +74,9 @@ STARTUP_DELAY_S = 20.0
 WAITING_TARGET = 4.0
 UTIL_TARGET = 70.0
 MAX_REPLICAS = 10
+# How often the pipeline's replicas and loads are read: a step or a PATCH is placed
+# within this (a 1 s poll made every time to adequate a whole second, rounded up).
+POLL_S = 0.1
 DEFAULT_SCALE_DOWN_WINDOW_S = 300  # HPA's behavior.scaleDown.stabilizationWindowSeconds
 
 # The traces (GPU-percent of work over seconds). step is the demo's: 30 → 200
@@ -300,7 +303,8 @@ async def run_pipeline(
     log_level: str,
     scale_down_window_s: int | None = None,
 ) -> dict[str, dict[str, list[tuple[float, float, int]]]]:
-    """Every trace's two workloads at once on one pipeline; (t, load, requested) per second each."""
+    """Every trace's two workloads at once on one pipeline; (t, load, requested) every
+    POLL_S each (read in-process, so a step and a PATCH are placed within POLL_S)."""
     run_s = max(duration for _, duration in traces.values())
     with EmbeddedNats(log_file=str(work / "nats-server.log")) as nats:
         async with KubeSim(
@@ -350,10 +354,10 @@ async def run_pipeline(
                                 sim.get("apps/v1", "Deployment", name, NAMESPACE)["spec"]["replicas"]
                             )
                             series[trace][kind].append((round(t, 3), sim.load_of(NAMESPACE, name), replicas))
-                    if tick % 30 == 0:
+                    if tick % round(30 / POLL_S) == 0:
                         print(f"  gpuscale pipeline: t={t:5.0f}s of {run_s:.0f}", file=sys.stderr, flush=True)
                     tick += 1
-                    await asyncio.sleep(max(0.0, begin + tick - time.monotonic()))
+                    await asyncio.sleep(max(0.0, begin + tick * POLL_S - time.monotonic()))
                 return series
             finally:
                 await asyncio.to_thread(group.stop_all)
