@@ -72,7 +72,7 @@ class LoadModel:
             return None
         elapsed = (now.mono - entry.since) * self.speed
         start = entry.profile.level_start(elapsed)
-        return None if start is None else now.wall - (elapsed - start) / self.speed
+        return None if start is None else round(now.wall - (elapsed - start) / self.speed, 3)
 
     def _sim_load(self, workload: tuple[str, str], sim_t: float, now: Now) -> float:
         """The workload's load at simulated time ``sim_t`` (``mono × speed``)."""
