@@ -184,3 +184,40 @@ def test_changes_followed_at_once_are_bounded() -> None:
             send(t, f"w{i}-1", workload=f"w{i}")
         send(2.9, f"w{i}-2", workload=f"w{i}")  # w{i}-1 last heard at 2.0: not settled
     assert len(agg.store.changes) == MAX_PENDING_CHANGES
+
+
+def test_a_pod_already_heard_since_the_change_does_not_make_it_checked_again() -> None:
+    """A collector's credential could send batch after batch for a pending workload:
+    only a pod not yet heard since the change makes the core look at its pods again."""
+    agg = Aggregator(WindowConfig(window_s=W))
+    send = Feeder(agg)
+    for t in range(21):
+        send(t, "a-1")
+        send(t + 0.1, "a-3")
+    checks = []
+    settle = agg.store._settle
+    agg.store._settle = lambda workload, now: (checks.append(now), settle(workload, now))[1]  # type: ignore[method-assign]
+    assert send(20.6, "a-2") == []  # the joining pod: checked; a-1 and a-3 not heard since
+    assert send(21.0, "a-1") == []  # a-1 heard now: checked; a-3 still not
+    for k in range(20):
+        assert send(21.05 + k * 0.001, "a-1") == []  # heard already: never checked again
+    assert len(checks) == 2
+    assert send(21.1, "a-3") == [BERT]
+    assert len(checks) == 3
+
+
+def test_a_workload_of_more_pods_than_followed_waits_for_the_tick() -> None:
+    from gpuscale_aggregator.core.window import MAX_FOLLOWED_PODS
+
+    agg = Aggregator(WindowConfig(window_s=W))
+    send = Feeder(agg)
+    pods = [f"a-{i}" for i in range(MAX_FOLLOWED_PODS)]
+    for t in range(3):
+        for pod in pods:
+            send(t, pod)
+    assert send(3.0, "a-new") == []
+    assert BERT not in agg.store.changes
+    for pod in pods:
+        assert send(3.2, pod) == []
+    assert (m := agg.message_of(BERT, NOW + 3.2)) is not None
+    assert m.since == NOW + 3.0  # the averages still start at the change; only the timing waits

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +25,6 @@ from gpuscale.wire import Action, Decision, WireError, WorkloadMetrics
 from gpuscale_cli.demo.report import ActionRecord, DecisionRecord, Limits, RunRecord, TimelinePoint
 
 GROUP, VERSION, PLURAL = "gpuscale.io", "v1alpha1", "gpuscalers"
-# kube-sim computes a level's start on each read from two clocks (wall and monotonic):
-# starts this close are the same level read twice.
-LEVEL_SAME_S = 0.01
 
 
 @dataclass
@@ -280,9 +278,7 @@ class Observer:
             view.load = float(w["load"])
             view.max_load = max(view.max_load, view.load)
             since = w.get("load_since")
-            if isinstance(since, int | float) and (
-                view.load_since is None or abs(since - view.load_since) > LEVEL_SAME_S
-            ):
+            if isinstance(since, int | float) and math.isfinite(since) and since != view.load_since:
                 # The step's own time, not the poll's (up to a second later): what the
                 # report's times to adequate are measured from.
                 view.load_since = since

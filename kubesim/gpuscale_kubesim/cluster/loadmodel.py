@@ -32,6 +32,7 @@ from .inference import Endpoint, EngineConfig, InferenceWorkloads, endpoint_of, 
 class WorkloadLoad:
     profile: loadmod.Profile
     since: float  # monotonic time the profile started
+    since_wall: float  # the wall time it started: what readers in other processes compare
 
 
 class LoadModel:
@@ -56,7 +57,7 @@ class LoadModel:
         self.inference = InferenceWorkloads(EngineConfig())
 
     def set_load(self, namespace: str, name: str, profile: loadmod.Profile, now: Now) -> None:
-        self.loads[(namespace, name)] = WorkloadLoad(profile, now.mono)
+        self.loads[(namespace, name)] = WorkloadLoad(profile, now.mono, now.wall)
 
     def load_of(self, namespace: str, name: str, now: Now) -> float:
         entry = self.loads.get((namespace, name)) or self._load_from_annotation(namespace, name, now)
@@ -70,9 +71,8 @@ class LoadModel:
         entry = self.loads.get((namespace, name)) or self._load_from_annotation(namespace, name, now)
         if entry is None:
             return None
-        elapsed = (now.mono - entry.since) * self.speed
-        start = entry.profile.level_start(elapsed)
-        return None if start is None else round(now.wall - (elapsed - start) / self.speed, 3)
+        start = entry.profile.level_start((now.mono - entry.since) * self.speed)
+        return None if start is None else entry.since_wall + start / self.speed
 
     def _sim_load(self, workload: tuple[str, str], sim_t: float, now: Now) -> float:
         """The workload's load at simulated time ``sim_t`` (``mono × speed``)."""
@@ -130,7 +130,7 @@ class LoadModel:
                     profile = loadmod.parse_profile(text)
                 except ValueError:
                     return None
-                entry = WorkloadLoad(profile, now.mono)
+                entry = WorkloadLoad(profile, now.mono, now.wall)
                 self.loads[(namespace, name)] = entry
                 return entry
         return None

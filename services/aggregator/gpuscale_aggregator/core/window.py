@@ -180,8 +180,10 @@ TTL_MAX_S: Final = 3600.0
 # Why a window request was not taken as asked (a metrics label: low cardinality).
 CLAMPED: Final = "clamped"  # shorter than a bucket or longer than max_window_s: the nearest allowed
 TOO_MANY: Final = "too_many_workloads"  # max_requests workloads already have a window of their own
-# Capacity changes followed at once, at most (more wait for the tick: bounded work per batch).
+# Capacity changes followed at once, at most, and only in workloads of at most so many
+# pods (the rest wait for the tick): what a batch can make the core re-check is bounded.
 MAX_PENDING_CHANGES: Final = 256
+MAX_FOLLOWED_PODS: Final = 64
 
 
 class WindowStore:
@@ -343,8 +345,12 @@ class WindowStore:
             members = self.workloads[workload] = {}
         members[pod] = pid
         self._pod_count += 1
-        if len(members) > 1 and (workload in self.changes or len(self.changes) < MAX_PENDING_CHANGES):
-            self.changes[workload] = ts
+        if 1 < len(members) <= MAX_FOLLOWED_PODS:
+            held = self.changes.get(workload)
+            if held is not None:
+                self.changes[workload] = max(held, ts)
+            elif len(self.changes) < MAX_PENDING_CHANGES:
+                self.changes[workload] = ts
         return pid
 
     def _free_pod(self, workload: WorkloadTuple, pod: str, pid: int) -> None:
@@ -398,6 +404,7 @@ class WindowStore:
         size = _RECORD.size
         engine_ids = self._engine
         changes = self.changes  # almost always empty: one truth test per owner
+        half_bucket = self._half_bucket
         touched: set[WorkloadTuple] | None = None
         for g in batch.gpus:
             util = g.util
@@ -420,7 +427,9 @@ class WindowStore:
                 pid = None if members is None else members.get(o.pod)
                 if pid is None:
                     pid = self._new_pod(workload, o.pod, bucket, ts)
-                if changes and workload in changes:
+                # Only a pod not heard since the change can settle it: each pod re-checks
+                # its workload at most once per change, however many batches it sends.
+                if changes and last_seen[pid] <= changes.get(workload, -math.inf) - half_bucket:
                     if touched is None:
                         touched = set()
                     touched.add(workload)
@@ -528,7 +537,7 @@ class WindowStore:
         dropped when it is no change (pods starting together: one capacity)."""
         members = self.workloads.get(workload)
         since = None
-        if members is not None and len(members) > 1:
+        if members is not None and 1 < len(members) <= MAX_FOLLOWED_PODS:
             since = self._capacity_change(members, now - self.window_of(workload))
         if since is None or members is None:
             self.changes.pop(workload, None)
