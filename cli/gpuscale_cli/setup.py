@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.errors import ServiceUnavailableError
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, ServiceUnavailableError
 
 from gpuscale import subjects
 from gpuscale.logging import configure
@@ -38,6 +39,15 @@ from gpuscale.subjects import KvSpec, StreamSpec
 
 # What a JetStream that is starting (or electing leaders) answers: worth a retry.
 TRANSIENT = (NatsTimeoutError, NoRespondersError, ServiceUnavailableError, TimeoutError)
+# JSClusterNoPeersErr: fewer JetStream servers are in the cluster than the replicas
+# asked. A cluster that is still forming (the Job starts beside it) answers this until
+# its last server joins; a cluster that is too small answers it for good, so the wait
+# is bounded by --wait and the last refusal says which it may be.
+NO_PEERS_FOR_PLACEMENT = 10005
+
+
+def waiting_for_peers(error: BaseException) -> bool:
+    return isinstance(error, APIError) and error.err_code == NO_PEERS_FOR_PLACEMENT
 
 
 def replicas(text: str) -> int:
@@ -152,6 +162,41 @@ async def _connect(settings: SetupSettings) -> NATS:
     return task.result()
 
 
+async def _apply(js: JetStreamContext, spec: StreamSpec | KvSpec, settings: SetupSettings) -> bool:
+    """Declare one stream or bucket, retrying what a forming cluster answers until
+    ``--wait`` has passed; a refusal is said on stderr and the next one is tried."""
+    deadline = time.monotonic() + settings.wait_s
+    said_waiting = False
+    while True:
+        try:
+            if isinstance(spec, StreamSpec):
+                outcome = await apply_stream(js, spec)
+            else:
+                outcome = await apply_kv(js, spec)
+            print(f"{describe(spec)}: {outcome}", flush=True)
+            return True
+        except Exception as e:  # noqa: BLE001 - refused (permissions, a bad config): say so, go on
+            peers = waiting_for_peers(e)
+            if (peers or isinstance(e, TRANSIENT)) and time.monotonic() < deadline:
+                if peers and not said_waiting:
+                    print(
+                        f"{describe(spec)}: waiting for {spec.replicas} JetStream servers to join "
+                        f"the cluster (up to {settings.wait_s:g} s)",
+                        flush=True,
+                    )
+                    said_waiting = True
+                await asyncio.sleep(1.0)
+                continue
+            hint = (
+                f" (fewer than {spec.replicas} JetStream servers joined the cluster within "
+                f"{settings.wait_s:g} s: is --replicas more than the cluster has?)"
+                if peers
+                else ""
+            )
+            print(f"gpuscale setup: {describe(spec)}: {type(e).__name__}: {e}{hint}", file=sys.stderr)
+            return False
+
+
 async def run(settings: SetupSettings) -> int:
     try:
         nc = await _connect(settings)
@@ -162,26 +207,8 @@ async def run(settings: SetupSettings) -> int:
     failed = 0
     try:
         for spec in declarations(settings):
-            deadline = time.monotonic() + settings.wait_s
-            while True:
-                try:
-                    if isinstance(spec, StreamSpec):
-                        outcome = await apply_stream(js, spec)
-                    else:
-                        outcome = await apply_kv(js, spec)
-                    print(f"{describe(spec)}: {outcome}", flush=True)
-                    break
-                except TRANSIENT as e:  # JetStream may still be electing its leaders
-                    if time.monotonic() < deadline:
-                        await asyncio.sleep(1.0)
-                        continue
-                    print(f"gpuscale setup: {describe(spec)}: {type(e).__name__}: {e}", file=sys.stderr)
-                    failed += 1
-                    break
-                except Exception as e:  # noqa: BLE001 - refused (permissions, a bad config): say so, go on
-                    print(f"gpuscale setup: {describe(spec)}: {type(e).__name__}: {e}", file=sys.stderr)
-                    failed += 1
-                    break
+            if not await _apply(js, spec, settings):
+                failed += 1
     finally:
         await drain(nc)
     return 1 if failed else 0

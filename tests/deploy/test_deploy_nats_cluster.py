@@ -2,7 +2,11 @@
 on each, as deploy/base/nats runs it), `gpuscale setup --replicas 3`, then one
 node stopped. Decisions keep flowing to the actuator's durable consumer and none
 is lost or doubled; the decider's state survives. The node chosen is the
-decisions stream's leader, the worst case."""
+decisions stream's leader, the worst case.
+
+Setup runs as a Job beside the cluster, so it may find the cluster still forming:
+JetStream then refuses three replicas (no suitable peers for placement) until the
+last server joins, and setup waits for it."""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
+from nats.js.api import StreamConfig
+from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 
 from gpuscale import settings as settings_mod
 from gpuscale import subjects
@@ -34,7 +39,8 @@ TRANSIENT = (NatsTimeout, NoStreamResponseError, ServiceUnavailableError, asynci
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[list[EmbeddedNats]]:
+def unstarted(tmp_path: Path) -> Iterator[list[EmbeddedNats]]:
+    """The cluster's servers, each routed to the others, none started yet."""
     routes = [free_port() for _ in range(NODES)]
     servers: list[EmbeddedNats] = []
     for i in range(NODES):
@@ -48,12 +54,30 @@ def cluster(tmp_path: Path) -> Iterator[list[EmbeddedNats]]:
         )
         servers.append(EmbeddedNats(store_dir=str(store), config_text=config))
     try:
-        for server in servers:
-            server.start(timeout_s=20)
         yield servers
     finally:
         for server in servers:
             server.close()
+
+
+@pytest.fixture
+def cluster(unstarted: list[EmbeddedNats]) -> list[EmbeddedNats]:
+    for server in unstarted:
+        server.start(timeout_s=20)
+    return unstarted
+
+
+def setup_settings(servers: list[EmbeddedNats], wait_s: float) -> setup.SetupSettings:
+    built: setup.SetupSettings = settings_mod.build(
+        setup.SetupSettings,
+        {},
+        {
+            "GPUSCALE_NATS_URL": ",".join(s.url for s in servers),
+            "GPUSCALE_NATS_REPLICAS": str(NODES),
+            "GPUSCALE_SETUP_WAIT": f"{wait_s:g}",
+        },
+    )
+    return built
 
 
 async def publish_decision(nc: NATS, decision_id: str, timeout_s: float = 60.0) -> None:
@@ -73,13 +97,53 @@ async def publish_decision(nc: NATS, decision_id: str, timeout_s: float = 60.0) 
             await asyncio.sleep(0.5)
 
 
+async def test_setup_beside_a_forming_cluster_waits_for_its_last_server(
+    unstarted: list[EmbeddedNats], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, last = unstarted[:-1], unstarted[-1]
+    for server in first:
+        server.start(timeout_s=20)
+    nc = await connect(tuple(s.url for s in first), ServiceMetrics("test"), name="forming")
+    try:
+        js = jetstream(nc, timeout_s=5.0)
+
+        async def refuses_three_replicas() -> bool:
+            # Two of three servers: a meta leader (a quorum) but not three peers to place on.
+            try:
+                await js.add_stream(StreamConfig(name="PROBE", subjects=["probe"], num_replicas=NODES))
+            except APIError as e:
+                return e.err_code == setup.NO_PEERS_FOR_PLACEMENT
+            except TRANSIENT:
+                return False  # still electing the meta leader
+            raise AssertionError("three replicas placed on two servers")
+
+        await eventually(refuses_three_replicas, 60, what="JetStream refusing 3 replicas on 2 servers")
+    finally:
+        await drain(nc)
+
+    # A cluster that stays too small: setup gives up after --wait and says why.
+    assert await setup.run(setup_settings(first, wait_s=1)) == 1
+    err = capsys.readouterr().err
+    assert err.count(f"fewer than {NODES} JetStream servers joined the cluster within 1 s") == 5, err
+
+    # The last server joins while setup waits: every stream and bucket is made with 3 replicas.
+    task = asyncio.create_task(setup.run(setup_settings(first, wait_s=60)))
+    out: list[str] = []
+
+    def waiting() -> bool:
+        out.append(capsys.readouterr().out)
+        return task.done() or f"waiting for {NODES} JetStream servers to join" in "".join(out)
+
+    await eventually(waiting, 60, what="setup waiting for the last server")
+    last.start(timeout_s=20)
+    assert await asyncio.wait_for(task, 90) == 0
+    out.append(capsys.readouterr().out)
+    created = [line for line in "".join(out).splitlines() if line.endswith(f"{NODES} replica(s): created")]
+    assert len(created) == 5, out
+
+
 async def test_one_node_down_decisions_still_flow_and_none_is_lost(cluster: list[EmbeddedNats]) -> None:
-    urls = ",".join(s.url for s in cluster)
-    settings = settings_mod.build(
-        setup.SetupSettings,
-        {},
-        {"GPUSCALE_NATS_URL": urls, "GPUSCALE_NATS_REPLICAS": "3", "GPUSCALE_SETUP_WAIT": "60"},
-    )
+    settings = setup_settings(cluster, wait_s=60)
     assert await setup.run(settings) == 0
 
     nc = await connect(tuple(s.url for s in cluster), ServiceMetrics("test"), name="ha-test")
