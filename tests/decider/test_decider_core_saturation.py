@@ -647,6 +647,12 @@ AFTER_A_SCALE_DOWN = {
         3,
         "replicas went down 2 s ago: the means of the last 3 s still hold seconds when more pods",
     ),
+    "half a second after, the same: keep 3, and the reason does not say 0 s": (
+        (pod(23.3, 45.6), pod(23.3, 45.6), pod(23.3, 45.6)),
+        0.5,
+        3,
+        "replicas went down less than a second ago: the means of the last 3 s still hold",
+    ),
     "6 s after, recent means are the 3 pods' own (67): judged on them, keep 3": (
         (pod(30, 67), pod(30, 67), pod(30, 67)),
         6.0,

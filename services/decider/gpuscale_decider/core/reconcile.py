@@ -193,7 +193,7 @@ def _scale_down_held(
         Reason.BACKOFF_DOWNSCALE,
         "the metrics still hold seconds measured before the previous scale-down",
     ), (
-        f"replicas went down {max(0.0, after):.0f} s ago: the means of the {means} still hold seconds "
+        f"replicas went down {fmt_ago(max(0.0, after))}: the means of the {means} still hold seconds "
         "when more pods shared the load, no evidence for a further scale-down"
     )
 
