@@ -32,6 +32,12 @@ MAX_STABILIZATION_WINDOW_S: Final = 3600
 MAX_PERIOD_S: Final = 1800
 DEFAULT_TOLERANCE: Final = 0.1
 DEFAULT_WINDOW_S: Final = 30.0
+# Metrics that cannot read above their ceiling (%): where every pod is pinned there,
+# the ratio understates demand (DESIGN.md §4). Memory is left out: a full framebuffer
+# is an allocation (vLLM reserves 90 % at start), not load.
+CEILINGS: Final = {"gpu_util": 100.0, "sm_active": 100.0, "sm_util": 100.0, "kv_cache_usage": 100.0}
+# Pinned: at or above this share of the ceiling.
+PINNED_SHARE: Final = 0.95
 
 
 class NotReadyPods(StrEnum):

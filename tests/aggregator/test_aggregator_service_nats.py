@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -263,3 +264,62 @@ async def test_a_pod_becoming_ready_is_published_at_once_not_at_the_next_tick(
         await at(5.1, "bert-1", "node-b", 96.0)
         assert len(inbox.messages) == 1
         assert counter(service, "gpuscale_aggregator_capacity_change_publishes_total") == 1
+
+
+async def test_a_workload_pinned_on_every_pod_is_published_when_it_is_due_not_at_the_next_tick(
+    nats_server: EmbeddedNats, nats_client: NATS
+) -> None:
+    """The pinned rule's first step (the demo's 1 -> 2) rests on the first message
+    whose recent means (the last 3 s its policy asked for) read pinned on every pod.
+    That moment is when the last unpinned sample leaves the span, which no batch
+    marks: the aggregator wakes for it and publishes then, once per run of pinned
+    samples. The ticks here are a minute apart and the window's clock moves only when
+    the test moves it, so any message within the test is an early one, and none can
+    go out before its moment."""
+    from gpuscale import codec, subjects
+    from gpuscale.wire import WindowRequest
+
+    t = [time.time()]
+    clock = SteadyClock(wall=lambda: t[0], monotonic=lambda: t[0])
+    inbox = await MetricsInbox().start(nats_client)
+    sent = 0
+
+    async def at(dt: float, util: float) -> None:
+        nonlocal sent
+        t[0] = start + dt
+        await publish_batch(nats_client, one_pod_batch("bert-0", util, node="node-a", ts=t[0], seq=sent))
+        await nats_client.flush()
+        sent += 1
+        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == sent)
+
+    async with running_aggregator(
+        nats_server.url, clock=clock, window_s=60.0, publish_interval_s=60.0
+    ) as service:
+        await eventually(lambda: service.replay_done, what="replay")
+        start = t[0]
+        key = subjects.WorkloadKey("default", "Deployment", "bert")
+        request = WindowRequest(
+            ts=start, namespace="default", kind="Deployment", name="bert", window_s=30.0, recent_s=3.0
+        )
+        await nats_client.publish(subjects.windows(key), codec.encode(request))
+        await nats_client.flush()
+        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="windows") == 1)
+        for dt in range(3):
+            await at(dt, 30.0)
+        await at(3, 100.0)
+        await at(4, 100.0)
+        t[0] = start + 4.999  # the 30 of t=2 is still within the last 3 s
+        await asyncio.sleep(0.3)
+        assert inbox.messages == []
+        t[0] = start + 5.0  # it has left: no batch marks this moment
+        m = await eventually(lambda: inbox.latest("bert"), what="the onset's message, before any tick")
+        (pod,) = m.pods
+        assert pod.recent is not None
+        assert pod.recent.gpu_util == 100.0
+        assert pod.last_seen == pytest.approx(start + 4.0)
+        assert counter(service, "gpuscale_aggregator_saturation_publishes_total") == 1
+        await at(6, 100.0)
+        await at(7, 100.0)
+        t[0] = start + 9.0
+        await asyncio.sleep(0.3)
+        assert len(inbox.messages) == 1  # told once per run

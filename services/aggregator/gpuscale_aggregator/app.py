@@ -167,6 +167,12 @@ class AggregatorMetrics:
             "became ready) and every pod has been measured since",
             registry=registry,
         )
+        self.saturations = Counter(
+            "gpuscale_aggregator_saturation_publishes_total",
+            "Metrics messages published out of the cycle: every fresh pod of a workload has just "
+            "come to read gpu_util pinned at its ceiling over the recent span its policy asks for",
+            registry=registry,
+        )
         self.span = Gauge(
             "gpuscale_aggregator_window_span_seconds",
             "The longest window the per-pod rings hold (grows with what GPUScalers ask, up to --max-window)",
@@ -229,6 +235,7 @@ class AggregatorService:
         self._live_sub: Any = None
         # Workloads published out of the cycle since the last tick (at most one each).
         self._published_early: set[tuple[str, str, str]] = set()
+        self._onset_wake = asyncio.Event()  # an onset was scheduled: look at when it is due
         part = self.settings.partition
         self.partition_index: int = part[0] if part is not None else 0
         self.partitions: int = part[1] if part is not None else 1
@@ -245,8 +252,12 @@ class AggregatorService:
                 self.m.ignored.labels(reason="held_overflow").inc()
             return
         self.handle(msg.subject, msg.data, self.clock())
-        if self.core.store.settled:
-            await self.publish_settled()
+        store = self.core.store
+        if store.settled:
+            await self.publish_news()
+        if store.onset_scheduled:
+            store.onset_scheduled = False
+            self._onset_wake.set()
         if self._tick % YIELD_EVERY == 0:
             # nats-py runs callbacks back to back while its queue is not empty;
             # let its reader (and PING/PONG) run, or a long backlog looks like a
@@ -443,7 +454,9 @@ class AggregatorService:
         held, self._held = self._held or [], None
         for subject, data, arrival in held:
             self.handle(subject, data, arrival, overlap=True)
-        self.core.take_settled()  # changes replayed are old news: the first cycle tells them
+        # Changes and onsets replayed are old news: the first cycle tells them.
+        self.core.take_settled()
+        self.core.store.onsets.clear()
         elapsed = time.monotonic() - started
         self.m.replay_seconds.set(elapsed)
         self.replay_done = True
@@ -517,32 +530,54 @@ class AggregatorService:
             if next_at < loop.time():  # fell behind: skip missed ticks instead of bursting
                 next_at = loop.time() + interval
 
-    async def publish_settled(self) -> None:
-        """A workload whose capacity just changed (a scale-up's pod became ready) and
-        whose every pod has been measured since: its message now, not at the next tick.
-        That message is the decider's first evidence of the per-pod load after the
-        change (the next step of a saturated scale-up rests on it). Once per workload
-        between ticks, so pods that churn cannot turn batches into publishes."""
-        workloads = self.core.take_settled()
+    async def onset_loop(self) -> None:
+        """Publishes each saturation onset when it is due: the moment the last unpinned
+        sample leaves a workload's recent span, which no batch marks (at 1 Hz that is
+        when the third pinned sample comes, give or take the milliseconds a batch
+        travels, so waiting for a batch would often cost a whole interval)."""
+        store = self.core.store
+        wake = self._onset_wake
+        while not self.ctx.stop.is_set():
+            due = store.next_onset()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), None if due is None else max(0.0, due - self.clock()))
+            wake.clear()
+            store.confirm_onsets(self.clock())
+            if store.saturated:
+                await self.publish_news()
+
+    async def publish_news(self) -> None:
+        """Workloads whose next message is news the decider should not wait a publish
+        cycle for, published now: a capacity change settled (a scale-up's pod became
+        ready and every pod has been measured since: the next step of a saturated
+        scale-up rests on it) or a saturation onset (every pod just came to read
+        pinned over its recent span: the pinned rule's first step rests on it). Once
+        per workload between ticks, so pods that churn or flap cannot turn batches
+        into publishes."""
+        news = (
+            ("capacity_change_published", self.m.capacity_changes, self.core.take_settled()),
+            ("saturation_published", self.m.saturations, self.core.take_saturated()),
+        )
         if self.nc is None:
             return
         now = self.clock()
-        for workload in workloads:
-            if workload in self._published_early:
-                continue
-            message = self.core.message_of(workload, now, wall_offset_s=self._wall_offset_s)
-            if message is None:
-                continue
-            self._published_early.add(workload)
-            if await self._publish(workload, message) is True:
-                self.m.capacity_changes.inc()
-                self.m.metrics_out.inc()
-                self.log.debug(
-                    "capacity_change_published",
-                    workload="/".join(workload),
-                    pods=message.pods_fresh,
-                    since=message.since if message.since is not UNSET else None,
-                )
+        for event, counter, workloads in news:
+            for workload in workloads:
+                if workload in self._published_early:
+                    continue
+                message = self.core.message_of(workload, now, wall_offset_s=self._wall_offset_s)
+                if message is None:
+                    continue
+                self._published_early.add(workload)
+                if await self._publish(workload, message) is True:
+                    counter.inc()
+                    self.m.metrics_out.inc()
+                    self.log.debug(
+                        event,
+                        workload="/".join(workload),
+                        pods=message.pods_fresh,
+                        since=message.since if message.since is not UNSET else None,
+                    )
 
     async def _publish(self, workload: tuple[str, str, str], message: WorkloadMetrics) -> bool | None:
         """Publish one workload's message: True, False (NATS refused it), None (too large)."""
@@ -684,13 +719,15 @@ class AggregatorService:
             gc.collect()
             gc.freeze()
             gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
-        publisher = asyncio.create_task(self.publish_loop())
+        loops = [asyncio.create_task(self.publish_loop()), asyncio.create_task(self.onset_loop())]
         try:
             await ctx.stop.wait()
         finally:
-            publisher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await publisher
+            for task in loops:
+                task.cancel()
+            for task in loops:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await drain(nc)
             self.log.info("aggregator_stopped")
 

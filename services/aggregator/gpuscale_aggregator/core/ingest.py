@@ -175,6 +175,15 @@ class Aggregator:
         settled, store.settled = store.settled, []
         return settled
 
+    def take_saturated(self) -> list[WorkloadTuple]:
+        """Workloads whose every fresh pod has just come to read gpu_util pinned at its
+        ceiling over the recent span its policy asked for (see
+        :meth:`WindowStore._pinning`), each once per onset: the pinned rule's step is
+        news the decider should not wait a publish cycle for either."""
+        store = self.store
+        saturated, store.saturated = store.saturated, {}
+        return list(saturated)
+
     def message_of(
         self, workload: WorkloadTuple, now: float, *, wall_offset_s: float = 0.0
     ) -> WorkloadMetrics | None:

@@ -85,6 +85,7 @@ from dataclasses import dataclass
 from operator import add
 from typing import Any, Final
 
+from gpuscale.policy import CEILINGS, PINNED_SHARE
 from gpuscale.wire import (
     HEALTH_OK,
     METRIC_NAMES,
@@ -139,6 +140,8 @@ _ENGINE_RECORD: Final = struct.Struct(f"<{N_ENGINE}f{N_ENGINE}B")
 _EMPTY_ENGINE: Final = (0.0,) * N_ENGINE + (0,) * N_ENGINE
 _ENGINE_TOTALS: Final = 2 * N_ENGINE
 _NO_ENGINE: Final = -1
+# A pod's gpu_util sample at or above this is pinned at the ceiling (the decider's rule).
+_PINNED_UTIL: Final = PINNED_SHARE * CEILINGS["gpu_util"]
 
 # (namespace, workload kind, workload name)
 WorkloadTuple = tuple[str, str, str]
@@ -231,6 +234,18 @@ class WindowStore:
         # wait for its tick to say so.
         self.changes: dict[WorkloadTuple, float] = {}
         self.settled: list[WorkloadTuple] = []
+        # Saturation onset: per pod, whether every sample since its last gpu_util below
+        # the pinned level was pinned (a run), and when that last one was (taken when a
+        # run begins: the pod's newest sample before it; a new pod's first sample). Once
+        # every fresh pod of a workload is in a run, the workload's onset is due when the
+        # last unpinned bucket leaves the recent span its policy asked for (``onsets``:
+        # workload -> that time); then, checked again, it is ``saturated``: the step a
+        # pinned metric asks for should not wait for the tick.
+        self._unpinned_at = array("d")
+        self._pinned = bytearray()
+        self.onsets: dict[WorkloadTuple, float] = {}
+        self.onset_scheduled = False  # an onset was (re)scheduled since the shell last looked
+        self.saturated: dict[WorkloadTuple, None] = {}  # in the order found; a set's lookups
 
     # --- what policies ask for ----------------------------------------------------
 
@@ -335,8 +350,11 @@ class WindowStore:
             self._interval.append(1.0)
             self._joined.append(0.0)
             self._engine.append(_NO_ENGINE)
+            self._unpinned_at.append(0.0)
+            self._pinned.append(0)
         self._open[pid] = -1
         self._joined[pid] = ts
+        self._pinned[pid] = 0
         self._oldest[pid] = bucket
         self._last_seen[pid] = 0.0
         self._interval[pid] = 1.0
@@ -405,6 +423,7 @@ class WindowStore:
         engine_ids = self._engine
         changes = self.changes  # almost always empty: one truth test per owner
         half_bucket = self._half_bucket
+        pinned = self._pinned
         touched: set[WorkloadTuple] | None = None
         for g in batch.gpus:
             util = g.util
@@ -524,6 +543,11 @@ class WindowStore:
                     self._add_late(
                         pid, slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power), engine
                     )
+                if util < _PINNED_UTIL:
+                    if pinned[pid]:
+                        pinned[pid] = 0
+                elif not pinned[pid]:
+                    self._run_begins(workload, pid, ts)
                 if ts >= last_seen[pid]:
                     last_seen[pid] = ts
                     intervals[pid] = interval_s
@@ -551,6 +575,85 @@ class WindowStore:
                 return  # a fresh pod not heard since the change yet
         del self.changes[workload]
         self.settled.append(workload)
+
+    def _onset_at(self, workload: WorkloadTuple, now: float, sampled: int = -1) -> float | None:
+        """When ``workload``'s recent means will read gpu_util pinned on every fresh pod
+        (its policy's ``recent_s`` after the newest unpinned bucket, as :meth:`_recent`
+        reads buckets: by their newest sample), given that every fresh pod is in a run
+        of pinned samples now; None where one is not, where no policy reads recent
+        means, or past MAX_FOLLOWED_PODS pods (those wait for the tick). ``sampled``: a
+        pod whose sample at ``now`` is being added (fresh, whatever its last one)."""
+        wanted = self.wanted.get(workload)
+        members = self.workloads.get(workload)
+        if wanted is None or wanted.recent_s is None or members is None or len(members) > MAX_FOLLOWED_PODS:
+            return None
+        stale_after, recent = self.config.stale_intervals, wanted.recent_s
+        inv, slots = self._inv_bucket, self.slots
+        last_seen, intervals, slot_ts = self._last_seen, self._interval, self._ts
+        pinned, unpinned_at = self._pinned, self._unpinned_at
+        due = -math.inf
+        for pid in members.values():
+            if pid != sampled and now - last_seen[pid] > stale_after * intervals[pid]:
+                continue  # stale: the decider counts it missing, neither pinned nor not
+            if not pinned[pid]:
+                return None
+            left = unpinned_at[pid]
+            bucket = int(left * inv)
+            held = slot_ts[pid * slots + bucket % slots]
+            if held != _EMPTY and int(held * inv) == bucket and held > left:
+                left = held  # later pinned samples share its bucket: it leaves with the newest
+            due = max(due, left + recent)
+        return due
+
+    def _run_begins(self, workload: WorkloadTuple, pid: int, ts: float) -> None:
+        """A pinned sample after an unpinned one (or a pod's first): a run begins. Its
+        last unpinned sample is the pod's newest before this one (a late sample may have
+        been older: then the run is dated later than it began, never earlier). If every
+        fresh pod is in a run, the workload's onset is due when the last unpinned bucket
+        leaves the span (at most MAX_PENDING_CHANGES workloads wait at once). Walks the
+        workload's pods once per run begun: a flapping pod costs one walk per pinned
+        sample that follows an unpinned one."""
+        self._pinned[pid] = 1
+        seen = self._last_seen[pid]
+        self._unpinned_at[pid] = seen if seen > 0.0 else ts
+        due = self._onset_at(workload, ts, pid)
+        if due is not None and (workload in self.onsets or len(self.onsets) < MAX_PENDING_CHANGES):
+            self.onsets[workload] = due
+            self.onset_scheduled = True
+
+    def next_onset(self) -> float | None:
+        """The earliest onset due (the shell wakes then), None: none pending."""
+        return min(self.onsets.values(), default=None)
+
+    def confirm_onsets(self, now: float) -> None:
+        """Onsets due by ``now``, checked again: a workload whose every fresh pod is
+        still in its run, each heard within the span, is ``saturated`` (its message at
+        ``now`` reads pinned recent means); one due later now (a pod joined in a run of
+        its own, a pinned sample joined an unpinned bucket) is due again then; one
+        where a run ended is dropped (the next run schedules it again)."""
+        for workload, due in list(self.onsets.items()):
+            if due > now:
+                continue
+            del self.onsets[workload]
+            again = self._onset_at(workload, now)
+            if again is None:
+                continue
+            if again > now:
+                self.onsets[workload] = again
+                continue
+            if self._heard_within_span(workload, now):
+                self.saturated[workload] = None
+
+    def _heard_within_span(self, workload: WorkloadTuple, now: float) -> bool:
+        """Every fresh pod has a sample within the recent span at ``now``: a pod silent
+        in it has no recent means, which the decider reads as not pinned."""
+        cutoff = now - (self.wanted[workload].recent_s or 0.0)
+        stale_after, last_seen, intervals = self.config.stale_intervals, self._last_seen, self._interval
+        for pid in self.workloads[workload].values():
+            seen = last_seen[pid]
+            if now - seen <= stale_after * intervals[pid] and seen <= cutoff:
+                return False
+        return True
 
     # --- the engine ring (pods with an inference engine only) ---------------------------
 
@@ -711,6 +814,7 @@ class WindowStore:
         its own and receivers compare them with their wall clocks."""
         self._lapse(now)
         self.settled.clear()  # every workload's message follows: none waits on its change
+        self.saturated.clear()
         if self.changes:
             self._forget_changes(now)
         for workload, members in list(self.workloads.items()):

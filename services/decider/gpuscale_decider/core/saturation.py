@@ -85,7 +85,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from gpuscale.policy import NotReadyPods
+from gpuscale.policy import CEILINGS, PINNED_SHARE, NotReadyPods
 from gpuscale_decider.core.replicas import (
     MetricProposal,
     PodView,
@@ -97,11 +97,6 @@ from gpuscale_decider.core.replicas import (
     metric_proposal,
 )
 
-# Metrics that cannot read above their ceiling (%). Memory is left out: a full
-# framebuffer is an allocation (vLLM reserves 90 % at start), not load.
-CEILINGS: Final = {"gpu_util": 100.0, "sm_active": 100.0, "sm_util": 100.0, "kv_cache_usage": 100.0}
-# Pinned: at or above this share of the ceiling on every counted pod.
-PINNED_SHARE: Final = 0.95
 # The most a queue may multiply a pinned pod's demand by (the rate policies and
 # maxReplicas bound the step anyway; this keeps a wild gauge's arithmetic finite).
 MAX_QUEUE_FACTOR: Final = 100.0
