@@ -424,6 +424,7 @@ class WindowStore:
         changes = self.changes  # almost always empty: one truth test per owner
         half_bucket = self._half_bucket
         pinned = self._pinned
+        pinned_util = _PINNED_UTIL
         touched: set[WorkloadTuple] | None = None
         for g in batch.gpus:
             util = g.util
@@ -543,7 +544,7 @@ class WindowStore:
                     self._add_late(
                         pid, slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power), engine
                     )
-                if util < _PINNED_UTIL:
+                if util < pinned_util:
                     if pinned[pid]:
                         pinned[pid] = 0
                 elif not pinned[pid]:
