@@ -218,50 +218,73 @@ def test_process_stops_gracefully_on_sigterm(nats_server: EmbeddedNats, tmp_path
         log.close()
 
 
+class MovedClock:
+    """The aggregator's clock, moved only by the test: where each batch lands and when
+    an onset is due do not depend on how busy the machine is."""
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.start = self.now = time.time()
+        self.clock = SteadyClock(wall=lambda: self.now, monotonic=lambda: self.now)
+        self.seq: dict[str, int] = {}
+        self.sent = 0
+
+    def move(self, dt: float) -> None:
+        self.now = self.start + dt
+
+    async def batch(self, service: Any, dt: float, pod: str, util: float, node: str = "node-a") -> None:
+        """One pod's batch at ``dt`` (the clock moved there first), taken in before it returns."""
+        self.move(dt)
+        self.seq[node] = self.seq.get(node, -1) + 1
+        await publish_batch(self.nc, one_pod_batch(pod, util, node=node, ts=self.now, seq=self.seq[node]))
+        await self.nc.flush()
+        self.sent += 1
+        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == self.sent)
+
+    async def ask_recent_means(self, service: Any, name: str = "bert") -> None:
+        """The decider's window request: a 30 s window and the last 3 s."""
+        from gpuscale import codec, subjects
+        from gpuscale.wire import WindowRequest
+
+        key = subjects.WorkloadKey("default", "Deployment", name)
+        request = WindowRequest(
+            ts=self.now, namespace="default", kind="Deployment", name=name, window_s=30.0, recent_s=3.0
+        )
+        await self.nc.publish(subjects.windows(key), codec.encode(request))
+        await self.nc.flush()
+        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="windows") >= 1)
+
+
 async def test_a_pod_becoming_ready_is_published_at_once_not_at_the_next_tick(
     nats_server: EmbeddedNats, nats_client: NATS
 ) -> None:
     """A scale-up's next step rests on the first message after its pods became ready
     (the demo's 2 -> 3 while both pods are pinned): as soon as every pod has been
     measured since, the workload's message goes out, once per tick. The ticks here
-    are a minute apart, so any message within the test is one of those; the window
-    runs on a clock the test moves, so where each batch lands does not depend on how
-    busy the machine is."""
-    t = [time.time()]
-    clock = SteadyClock(wall=lambda: t[0], monotonic=lambda: t[0])
+    are a minute apart, so any message within the test is one of those."""
+    moved = MovedClock(nats_client)
     inbox = await MetricsInbox().start(nats_client)
-    sent = 0
-    seq: dict[str, int] = {}
-
-    async def at(dt: float, pod: str, node: str, util: float) -> None:
-        nonlocal sent
-        t[0] = start + dt
-        seq[node] = seq.get(node, -1) + 1
-        await publish_batch(nats_client, one_pod_batch(pod, util, node=node, ts=t[0], seq=seq[node]))
-        await nats_client.flush()
-        sent += 1
-        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == sent)
-
     async with running_aggregator(
-        nats_server.url, clock=clock, window_s=60.0, publish_interval_s=60.0
+        nats_server.url, clock=moved.clock, window_s=60.0, publish_interval_s=60.0
     ) as service:
         await eventually(lambda: service.replay_done, what="replay")
-        start = t[0]
         for dt in range(4):
-            await at(dt, "bert-0", "node-a", 100.0)
+            await moved.batch(service, dt, "bert-0", 100.0)
         assert inbox.messages == []
-        await at(3.6, "bert-1", "node-b", 100.0)  # ready; bert-0 last measured 0.6 s before it
+        await moved.batch(
+            service, 3.6, "bert-1", 100.0, node="node-b"
+        )  # ready; bert-0 last measured 0.6 s before
         assert inbox.messages == []
-        await at(4.0, "bert-0", "node-a", 97.0)  # every pod measured after the change
+        await moved.batch(service, 4.0, "bert-0", 97.0)  # every pod measured after the change
         m = await eventually(lambda: inbox.latest("bert"), what="the change's message, before any tick")
         assert m.pods_fresh == 2
-        assert m.since == pytest.approx(start + 3.6)
+        assert m.since == pytest.approx(moved.start + 3.6)
         assert m.averages.gpu_util == pytest.approx((97.0 + 100.0) / 2)
         assert counter(service, "gpuscale_aggregator_capacity_change_publishes_total") == 1
         # A third pod in the same cycle (pods that churn): told at the tick, not per batch.
-        await at(4.7, "bert-2", "node-c", 100.0)
-        await at(5.0, "bert-0", "node-a", 96.0)
-        await at(5.1, "bert-1", "node-b", 96.0)
+        await moved.batch(service, 4.7, "bert-2", 100.0, node="node-c")
+        await moved.batch(service, 5.0, "bert-0", 96.0)
+        await moved.batch(service, 5.1, "bert-1", 96.0, node="node-b")
         assert len(inbox.messages) == 1
         assert counter(service, "gpuscale_aggregator_capacity_change_publishes_total") == 1
 
@@ -273,53 +296,72 @@ async def test_a_workload_pinned_on_every_pod_is_published_when_it_is_due_not_at
     whose recent means (the last 3 s its policy asked for) read pinned on every pod.
     That moment is when the last unpinned sample leaves the span, which no batch
     marks: the aggregator wakes for it and publishes then, once per run of pinned
-    samples. The ticks here are a minute apart and the window's clock moves only when
-    the test moves it, so any message within the test is an early one, and none can
-    go out before its moment."""
-    from gpuscale import codec, subjects
-    from gpuscale.wire import WindowRequest
-
-    t = [time.time()]
-    clock = SteadyClock(wall=lambda: t[0], monotonic=lambda: t[0])
+    samples. The ticks here are a minute apart, so any message within the test is an
+    early one, and none can go out before its moment."""
+    moved = MovedClock(nats_client)
     inbox = await MetricsInbox().start(nats_client)
-    sent = 0
-
-    async def at(dt: float, util: float) -> None:
-        nonlocal sent
-        t[0] = start + dt
-        await publish_batch(nats_client, one_pod_batch("bert-0", util, node="node-a", ts=t[0], seq=sent))
-        await nats_client.flush()
-        sent += 1
-        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == sent)
-
     async with running_aggregator(
-        nats_server.url, clock=clock, window_s=60.0, publish_interval_s=60.0
+        nats_server.url, clock=moved.clock, window_s=60.0, publish_interval_s=60.0
     ) as service:
         await eventually(lambda: service.replay_done, what="replay")
-        start = t[0]
-        key = subjects.WorkloadKey("default", "Deployment", "bert")
-        request = WindowRequest(
-            ts=start, namespace="default", kind="Deployment", name="bert", window_s=30.0, recent_s=3.0
-        )
-        await nats_client.publish(subjects.windows(key), codec.encode(request))
-        await nats_client.flush()
-        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="windows") == 1)
+        await moved.ask_recent_means(service)
         for dt in range(3):
-            await at(dt, 30.0)
-        await at(3, 100.0)
-        await at(4, 100.0)
-        t[0] = start + 4.999  # the 30 of t=2 is still within the last 3 s
+            await moved.batch(service, dt, "bert-0", 30.0)
+        await moved.batch(service, 3, "bert-0", 100.0)
+        await moved.batch(service, 4, "bert-0", 100.0)
+        moved.move(4.999)  # the 30 of t=2 is still within the last 3 s
         await asyncio.sleep(0.3)
         assert inbox.messages == []
-        t[0] = start + 5.0  # it has left: no batch marks this moment
+        moved.move(5.0)  # it has left: no batch marks this moment
         m = await eventually(lambda: inbox.latest("bert"), what="the onset's message, before any tick")
         (pod,) = m.pods
         assert pod.recent is not None
         assert pod.recent.gpu_util == 100.0
-        assert pod.last_seen == pytest.approx(start + 4.0)
+        assert pod.last_seen == pytest.approx(moved.start + 4.0)
         assert counter(service, "gpuscale_aggregator_saturation_publishes_total") == 1
-        await at(6, 100.0)
-        await at(7, 100.0)
-        t[0] = start + 9.0
+        await moved.batch(service, 6, "bert-0", 100.0)
+        await moved.batch(service, 7, "bert-0", 100.0)
+        moved.move(9.0)
         await asyncio.sleep(0.3)
         assert len(inbox.messages) == 1  # told once per run
+
+
+async def test_a_failing_onset_check_is_logged_once_and_the_next_onset_still_goes_out(
+    nats_server: EmbeddedNats, nats_client: NATS
+) -> None:
+    """A bug in the core's check must not end the loop that wakes for onsets: it is
+    logged once, what was pending is dropped (the tick tells every workload anyway),
+    and the next run of pinned samples is told as before."""
+    from structlog.testing import capture_logs
+
+    moved = MovedClock(nats_client)
+    inbox = await MetricsInbox().start(nats_client)
+    with capture_logs() as logs:
+        async with running_aggregator(
+            nats_server.url, clock=moved.clock, window_s=60.0, publish_interval_s=60.0
+        ) as service:
+            await eventually(lambda: service.replay_done, what="replay")
+            await moved.ask_recent_means(service)
+            store = service.core.store
+            confirm = store.confirm_onsets
+            calls: list[float] = []
+
+            def broken(now: float) -> None:
+                calls.append(now)
+                raise RuntimeError("a bug")
+
+            store.confirm_onsets = broken  # type: ignore[method-assign]
+            await moved.batch(service, 0, "bert-0", 30.0)
+            await moved.batch(service, 1, "bert-0", 100.0)
+            await eventually(lambda: calls, what="the loop woken, and the check failed")
+            store.confirm_onsets = confirm  # type: ignore[method-assign]
+            moved.move(3.0)  # the failed onset was dropped: nothing is told for it
+            await asyncio.sleep(0.3)
+            assert inbox.messages == []
+            await moved.batch(service, 4, "bert-0", 50.0)
+            await moved.batch(service, 5, "bert-0", 100.0)
+            moved.move(7.0)
+            await eventually(lambda: inbox.latest("bert"), what="the next onset's message")
+    failed = [e for e in logs if e["event"] == "onset_check_failed"]
+    assert len(failed) == 1
+    assert failed[0]["error"] == "RuntimeError: a bug"

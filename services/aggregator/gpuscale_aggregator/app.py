@@ -542,9 +542,14 @@ class AggregatorService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), None if due is None else max(0.0, due - self.clock()))
             wake.clear()
-            store.confirm_onsets(self.clock())
-            if store.saturated:
-                await self.publish_news()
+            try:
+                store.confirm_onsets(self.clock())
+                if store.saturated:
+                    await self.publish_news()
+            except Exception as e:  # a bug here must not end the loop: the tick still tells all
+                store.onsets.clear()
+                if self.once.first("onset", type(e).__name__):
+                    self.log.exception("onset_check_failed", error=f"{type(e).__name__}: {e}")
 
     async def publish_news(self) -> None:
         """Workloads whose next message is news the decider should not wait a publish

@@ -178,7 +178,7 @@ class Aggregator:
     def take_saturated(self) -> list[WorkloadTuple]:
         """Workloads whose every fresh pod has just come to read gpu_util pinned at its
         ceiling over the recent span its policy asked for (see
-        :meth:`WindowStore._pinning`), each once per onset: the pinned rule's step is
+        :meth:`WindowStore.confirm_onsets`), each once per run of pinned samples: the pinned rule's step is
         news the decider should not wait a publish cycle for either."""
         store = self.store
         saturated, store.saturated = store.saturated, {}
