@@ -350,3 +350,20 @@ def test_a_step_at_one_hertz_is_told_three_seconds_after_its_last_unpinned_sampl
     assert due(agg) == pytest.approx(12 + phase)
     assert not pinned_at(agg, 12 + phase - EARLY)
     assert told_at(agg, 12 + phase) == [BERT]
+
+
+def test_pods_beginning_runs_in_one_batch_cost_one_look_at_their_workload() -> None:
+    """A collector's credential could flap every pod of a workload at the pinned level,
+    batch after batch: each batch makes the core walk the workload's pods once, not
+    once per pod that began a run in it."""
+    agg = Aggregator(WindowConfig(window_s=W))
+    asked(agg)
+    send = Feeder(agg)
+    pods = [f"a-{i}" for i in range(8)]
+    looks: list[float] = []
+    span = agg.store._onset_span
+    agg.store._onset_span = lambda workload, now: (looks.append(now), span(workload, now))[1]  # type: ignore[method-assign]
+    for t in range(6):
+        util = 100.0 if t % 2 else 30.0
+        send(t, *((pod, util) for pod in pods), node="n1")
+    assert looks == [NOW + 1, NOW + 3, NOW + 5]  # three batches began runs, one look each

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +234,16 @@ class MovedClock:
     def move(self, dt: float) -> None:
         self.now = self.start + dt
 
+    @contextlib.asynccontextmanager
+    async def aggregator(self, url: str) -> AsyncIterator[Any]:
+        """An aggregator on this clock, replayed, its ticks a minute apart: any message
+        within a test is one published out of the cycle."""
+        async with running_aggregator(
+            url, clock=self.clock, window_s=60.0, publish_interval_s=60.0
+        ) as service:
+            await eventually(lambda: service.replay_done, what="replay")
+            yield service
+
     async def batch(self, service: Any, dt: float, pod: str, util: float, node: str = "node-a") -> None:
         """One pod's batch at ``dt`` (the clock moved there first), taken in before it returns."""
         self.move(dt)
@@ -264,16 +276,12 @@ async def test_a_pod_becoming_ready_is_published_at_once_not_at_the_next_tick(
     are a minute apart, so any message within the test is one of those."""
     moved = MovedClock(nats_client)
     inbox = await MetricsInbox().start(nats_client)
-    async with running_aggregator(
-        nats_server.url, clock=moved.clock, window_s=60.0, publish_interval_s=60.0
-    ) as service:
-        await eventually(lambda: service.replay_done, what="replay")
+    async with moved.aggregator(nats_server.url) as service:
         for dt in range(4):
             await moved.batch(service, dt, "bert-0", 100.0)
         assert inbox.messages == []
-        await moved.batch(
-            service, 3.6, "bert-1", 100.0, node="node-b"
-        )  # ready; bert-0 last measured 0.6 s before
+        # bert-1 ready; bert-0 last measured 0.6 s before it.
+        await moved.batch(service, 3.6, "bert-1", 100.0, node="node-b")
         assert inbox.messages == []
         await moved.batch(service, 4.0, "bert-0", 97.0)  # every pod measured after the change
         m = await eventually(lambda: inbox.latest("bert"), what="the change's message, before any tick")
@@ -300,10 +308,7 @@ async def test_a_workload_pinned_on_every_pod_is_published_when_it_is_due_not_at
     early one, and none can go out before its moment."""
     moved = MovedClock(nats_client)
     inbox = await MetricsInbox().start(nats_client)
-    async with running_aggregator(
-        nats_server.url, clock=moved.clock, window_s=60.0, publish_interval_s=60.0
-    ) as service:
-        await eventually(lambda: service.replay_done, what="replay")
+    async with moved.aggregator(nats_server.url) as service:
         await moved.ask_recent_means(service)
         for dt in range(3):
             await moved.batch(service, dt, "bert-0", 30.0)
@@ -337,10 +342,7 @@ async def test_a_failing_onset_check_is_logged_once_and_the_next_onset_still_goe
     moved = MovedClock(nats_client)
     inbox = await MetricsInbox().start(nats_client)
     with capture_logs() as logs:
-        async with running_aggregator(
-            nats_server.url, clock=moved.clock, window_s=60.0, publish_interval_s=60.0
-        ) as service:
-            await eventually(lambda: service.replay_done, what="replay")
+        async with moved.aggregator(nats_server.url) as service:
             await moved.ask_recent_means(service)
             store = service.core.store
             confirm = store.confirm_onsets

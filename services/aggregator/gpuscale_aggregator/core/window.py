@@ -426,6 +426,7 @@ class WindowStore:
         pinned = self._pinned
         pinned_util = _PINNED_UTIL
         touched: set[WorkloadTuple] | None = None
+        begun: set[WorkloadTuple] | None = None  # workloads where a pod began a pinned run
         for g in batch.gpus:
             util = g.util
             owners = g.owners
@@ -548,13 +549,19 @@ class WindowStore:
                     if pinned[pid]:
                         pinned[pid] = 0
                 elif not pinned[pid]:
-                    self._run_begins(workload, pid, ts)
+                    self._run_begins(pid)
+                    if begun is None:
+                        begun = set()
+                    begun.add(workload)
                 if ts >= last_seen[pid]:
                     last_seen[pid] = ts
                     intervals[pid] = interval_s
         if touched is not None:
             for workload in touched:
                 self._settle(workload, ts)
+        if begun is not None:
+            for workload in begun:
+                self._schedule_onset(workload, ts)
 
     def _settle(self, workload: WorkloadTuple, now: float) -> None:
         """``workload``'s capacity change is settled once every fresh pod has a sample
@@ -577,13 +584,14 @@ class WindowStore:
         del self.changes[workload]
         self.settled.append(workload)
 
-    def _onset_at(self, workload: WorkloadTuple, now: float, sampled: int = -1) -> float | None:
-        """When ``workload``'s recent means will read gpu_util pinned on every fresh pod
-        (its policy's ``recent_s`` after the newest unpinned bucket, as :meth:`_recent`
-        reads buckets: by their newest sample), given that every fresh pod is in a run
-        of pinned samples now; None where one is not, where no policy reads recent
-        means, or past MAX_FOLLOWED_PODS pods (those wait for the tick). ``sampled``: a
-        pod whose sample at ``now`` is being added (fresh, whatever its last one)."""
+    def _onset_span(self, workload: WorkloadTuple, now: float) -> tuple[float, float] | None:
+        """When ``workload``'s recent means read gpu_util pinned on every fresh pod, given
+        that every fresh pod is in a run of pinned samples now: from the moment the newest
+        unpinned bucket leaves the policy's ``recent_s`` (as :meth:`_recent` reads buckets:
+        by their newest sample) until the first fresh pod falls silent within it (a pod
+        with no recent means reads, to the decider, as not pinned). None where a fresh pod
+        is not in a run, where no policy reads recent means, or past MAX_FOLLOWED_PODS
+        pods (those wait for the tick)."""
         wanted = self.wanted.get(workload)
         members = self.workloads.get(workload)
         if wanted is None or wanted.recent_s is None or members is None or len(members) > MAX_FOLLOWED_PODS:
@@ -592,9 +600,10 @@ class WindowStore:
         inv, slots = self._inv_bucket, self.slots
         last_seen, intervals, slot_ts = self._last_seen, self._interval, self._ts
         pinned, unpinned_at = self._pinned, self._unpinned_at
-        due = -math.inf
+        since, until = -math.inf, math.inf
         for pid in members.values():
-            if pid != sampled and now - last_seen[pid] > stale_after * intervals[pid]:
+            seen = last_seen[pid]
+            if now - seen > stale_after * intervals[pid]:
                 continue  # stale: the decider counts it missing, neither pinned nor not
             if not pinned[pid]:
                 return None
@@ -603,23 +612,26 @@ class WindowStore:
             held = slot_ts[pid * slots + bucket % slots]
             if held != _EMPTY and int(held * inv) == bucket and held > left:
                 left = held  # later pinned samples share its bucket: it leaves with the newest
-            due = max(due, left + recent)
-        return due
+            since = max(since, left + recent)
+            until = min(until, seen + recent)
+        return since, until
 
-    def _run_begins(self, workload: WorkloadTuple, pid: int, ts: float) -> None:
+    def _run_begins(self, pid: int) -> None:
         """A pinned sample after an unpinned one (or a pod's first): a run begins. Its
         last unpinned sample is the pod's newest before this one (a late sample may have
-        been older: then the run is dated later than it began, never earlier). If every
-        fresh pod is in a run, the workload's onset is due when the last unpinned bucket
-        leaves the span (at most MAX_PENDING_CHANGES workloads wait at once). Walks the
-        workload's pods once per run begun: a flapping pod costs one walk per pinned
-        sample that follows an unpinned one."""
+        been older: then the run is dated later than it began, never earlier)."""
         self._pinned[pid] = 1
         seen = self._last_seen[pid]
-        self._unpinned_at[pid] = seen if seen > 0.0 else ts
-        due = self._onset_at(workload, ts, pid)
-        if due is not None and (workload in self.onsets or len(self.onsets) < MAX_PENDING_CHANGES):
-            self.onsets[workload] = due
+        self._unpinned_at[pid] = seen if seen > 0.0 else self._joined[pid]
+
+    def _schedule_onset(self, workload: WorkloadTuple, now: float) -> None:
+        """After a batch in which a pod of ``workload`` began a run: if every fresh pod
+        is in one, the workload's onset is due when the last unpinned bucket leaves the
+        span (at most MAX_PENDING_CHANGES workloads wait at once). One walk of the
+        workload's pods per batch, however many of its pods began a run in it."""
+        span = self._onset_span(workload, now)
+        if span is not None and (workload in self.onsets or len(self.onsets) < MAX_PENDING_CHANGES):
+            self.onsets[workload] = span[0]
             self.onset_scheduled = True
 
     def next_onset(self) -> float | None:
@@ -631,30 +643,20 @@ class WindowStore:
         still in its run, each heard within the span, is ``saturated`` (its message at
         ``now`` reads pinned recent means); one due later now (a pod joined in a run of
         its own, a pinned sample joined an unpinned bucket) is due again then; one
-        where a run ended is dropped (the next run schedules it again)."""
+        where a run ended or a pod fell silent is dropped (the next run schedules it
+        again)."""
         for workload, due in list(self.onsets.items()):
             if due > now:
                 continue
             del self.onsets[workload]
-            again = self._onset_at(workload, now)
-            if again is None:
+            span = self._onset_span(workload, now)
+            if span is None:
                 continue
-            if again > now:
-                self.onsets[workload] = again
-                continue
-            if self._heard_within_span(workload, now):
+            since, until = span
+            if since > now:
+                self.onsets[workload] = since
+            elif now < until:
                 self.saturated[workload] = None
-
-    def _heard_within_span(self, workload: WorkloadTuple, now: float) -> bool:
-        """Every fresh pod has a sample within the recent span at ``now``: a pod silent
-        in it has no recent means, which the decider reads as not pinned."""
-        cutoff = now - (self.wanted[workload].recent_s or 0.0)
-        stale_after, last_seen, intervals = self.config.stale_intervals, self._last_seen, self._interval
-        for pid in self.workloads[workload].values():
-            seen = last_seen[pid]
-            if now - seen <= stale_after * intervals[pid] and seen <= cutoff:
-                return False
-        return True
 
     # --- the engine ring (pods with an inference engine only) ---------------------------
 
