@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
 from gpuscale.timefmt import DURATION_EXAMPLES, parse_duration
-from gpuscale.wire import DEFAULT_API_VERSION, METRIC_NAMES, ScaleTargetRef
+from gpuscale.wire import DEFAULT_API_VERSION, MAX_REQUESTED_WINDOW_S, METRIC_NAMES, ScaleTargetRef
 
 API_GROUP: Final = "gpuscale.io"
 API_VERSION: Final = "v1alpha1"
@@ -30,6 +31,23 @@ SELECT_POLICIES: Final = ("Max", "Min", "Disabled")
 # HPA's own bounds (k8s.io/kubernetes/pkg/apis/autoscaling/validation).
 MAX_STABILIZATION_WINDOW_S: Final = 3600
 MAX_PERIOD_S: Final = 1800
+# The same bounds in deploy/cluster/crd-gpuscaler.yaml (tests/deploy/test_deploy_gpuscaler_doc.py
+# keeps them in step). Replica counts and rate values are int32 in the scale subresource and HPA.
+MAX_REPLICAS: Final = 2**31 - 1
+MAX_POLICY_VALUE: Final = 2**31 - 1
+MAX_RATE_POLICIES: Final = 16  # per direction: each evaluation walks them all
+MAX_METRICS: Final = 16
+MAX_COOLDOWN_S: Final = MAX_STABILIZATION_WINDOW_S
+MAX_FALLBACK_AFTER_S: Final = 86_400
+# Targets are computed on in milli-units, as HPA's quantities (MilliValue): below one
+# milli-unit nothing is left to divide by; up to 1e15 the milli-value stays well inside int64.
+MIN_TARGET: Final = 0.001
+MAX_TARGET: Final = 1e15
+# The window is told to the aggregators in a WindowRequest, whose contract holds these.
+MIN_WINDOW_S: Final = 0.001
+MAX_WINDOW_S: Final = MAX_REQUESTED_WINDOW_S
+MAX_WINDOW_TEXT: Final = 32
+MAX_NAME_LENGTH: Final = 253  # a Kubernetes object name (DNS subdomain), an apiVersion
 DEFAULT_TOLERANCE: Final = 0.1
 DEFAULT_WINDOW_S: Final = 30.0
 # Metrics that cannot read above their ceiling (%): where every pod is pinned there,
@@ -166,7 +184,39 @@ DEFAULT_SCALE_DOWN: Final = ScalingRules(
 )
 
 
+# Below this a product's few ulps of noise are far less than a milli-unit; above, Decimal.
+_EXACT_FLOAT: Final = float(2**48)
+
+
+def milli_value(value: float) -> int:
+    """``value`` in milli-units rounded up, as Kubernetes' ``Quantity.MilliValue()``
+    (5e-10 is 1m, never 0); at most :data:`MAX_TARGET`'s. A product within a few ulps
+    above a whole number is that number: binary noise (0.07 x 1000 = 70.00000000000001)
+    is no fraction anyone wrote."""
+    if not value < MAX_TARGET:  # NaN too: the contract bounds some values only by "finite"
+        value = MAX_TARGET
+    elif value < -MAX_TARGET:
+        value = -MAX_TARGET
+    scaled = value * 1000.0
+    if not -_EXACT_FLOAT < scaled < _EXACT_FLOAT:
+        return math.ceil(Decimal(repr(value)) * 1000)
+    whole = math.ceil(scaled)
+    if whole == scaled or scaled - (whole - 1) > 4.0 * math.ulp(scaled):
+        return whole
+    return whole - 1
+
+
 # --- parsing ---------------------------------------------------------------------
+
+
+def _shown(value: Any) -> str:
+    """A bad value as the problem quotes it: never longer than a line (it goes to a status)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit number"  # repr() of a huge int is itself refused
+    text = (
+        repr(value) if isinstance(value, str | bool | int | float) or value is None else type(value).__name__
+    )
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 class _Collector:
@@ -205,18 +255,26 @@ class _Collector:
                 self.add(where, "is required")
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            self.add(where, f"must be a whole number, got {value!r}")
+            self.add(where, f"must be a whole number, got {_shown(value)}")
             return default
         if lo is not None and value < lo:
-            self.add(where, f"must be >= {lo}, got {value}")
+            self.add(where, f"must be >= {lo}, got {_shown(value)}")
             return default
         if hi is not None and value > hi:
-            self.add(where, f"must be <= {hi}, got {value}")
+            self.add(where, f"must be <= {hi}, got {_shown(value)}")
             return default
         return value
 
     def number(
-        self, m: Mapping[str, Any], key: str, path: str, default: float | None, *, positive: bool = False
+        self,
+        m: Mapping[str, Any],
+        key: str,
+        path: str,
+        default: float | None,
+        *,
+        positive: bool = False,
+        lo: float | None = None,
+        hi: float | None = None,
     ) -> float | None:
         value = m.get(key)
         where = f"{path}.{key}"
@@ -230,35 +288,52 @@ class _Collector:
             except ValueError:
                 value = None
             if value is None:
-                self.add(where, f"must be a number, got {m.get(key)!r}")
+                self.add(where, f"must be a number, got {_shown(m.get(key))}")
                 return default
-        f = float(value)
+        try:
+            f = float(value)
+        except OverflowError:  # a whole number past float's range
+            f = math.inf
         if not math.isfinite(f):
-            self.add(where, f"must be finite, got {f}")
+            self.add(where, f"must be finite, got {_shown(value)}")
             return default
         if positive and f <= 0:
-            self.add(where, f"must be greater than 0, got {value}")
+            self.add(where, f"must be greater than 0, got {_shown(value)}")
+            return default
+        if lo is not None and f < lo:
+            self.add(where, f"must be >= {lo:g}, got {_shown(value)}")
+            return default
+        if hi is not None and f > hi:
+            self.add(where, f"must be <= {hi:g}, got {_shown(value)}")
             return default
         return f
 
-    def duration(self, m: Mapping[str, Any], key: str, path: str, default: float) -> float:
+    def duration(
+        self, m: Mapping[str, Any], key: str, path: str, default: float, *, lo: float, hi: float
+    ) -> float:
         value = m.get(key)
         where = f"{path}.{key}"
         if value is None:
             return default
         if isinstance(value, bool):
-            self.add(where, f"must be a duration such as 30s, got {value!r}")
+            self.add(where, f"must be a duration such as 30s, got {_shown(value)}")
             return default
         if isinstance(value, int | float):
-            seconds = float(value)
+            seconds = float(value) if not isinstance(value, int) or value.bit_length() <= 64 else math.inf
+        elif isinstance(value, str) and len(value) > MAX_WINDOW_TEXT:
+            self.add(where, f"must be at most {MAX_WINDOW_TEXT} characters, got {len(value)}")
+            return default
         else:
             try:
                 seconds = parse_duration(str(value))
             except ValueError:
-                self.add(where, f"must be a duration such as {DURATION_EXAMPLES}, got {value!r}")
+                self.add(where, f"must be a duration such as {DURATION_EXAMPLES}, got {_shown(value)}")
                 return default
-        if not math.isfinite(seconds) or seconds <= 0:
-            self.add(where, f"must be greater than 0, got {value!r}")
+        if seconds <= 0:
+            self.add(where, f"must be greater than 0, got {_shown(value)}")
+            return default
+        if not lo <= seconds <= hi:  # inf and NaN too
+            self.add(where, f"must be from {lo:g} s to {hi:g} s, got {_shown(value)}")
             return default
         return seconds
 
@@ -269,10 +344,18 @@ class _Collector:
             return type(default)(raw)
         except ValueError:
             choices = ", ".join(v.value for v in type(default))
-            self.add(f"{path}.{key}", f"must be one of {choices}, got {raw!r}")
+            self.add(f"{path}.{key}", f"must be one of {choices}, got {_shown(raw)}")
             return default
 
-    def string(self, m: Mapping[str, Any], key: str, path: str, default: str | None = None) -> str:
+    def string(
+        self,
+        m: Mapping[str, Any],
+        key: str,
+        path: str,
+        default: str | None = None,
+        *,
+        max_length: int = MAX_NAME_LENGTH,
+    ) -> str:
         value = m.get(key)
         where = f"{path}.{key}"
         if value is None:
@@ -281,8 +364,24 @@ class _Collector:
                 return ""
             return default
         if not isinstance(value, str) or not value:
-            self.add(where, f"must be a non-empty string, got {value!r}")
+            self.add(where, f"must be a non-empty string, got {_shown(value)}")
             return default or ""
+        if len(value) > max_length:
+            self.add(where, f"must be at most {max_length} characters, got {len(value)}")
+            return default or ""
+        return value
+
+    def items(self, m: Mapping[str, Any], key: str, path: str, *, max_items: int) -> list[Any] | None:
+        """A list of at most ``max_items`` (None: left out, or not a list, reported)."""
+        value = m.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            self.add(f"{path}.{key}", "must be a list")
+            return None
+        if len(value) > max_items:
+            self.add(f"{path}.{key}", f"must hold at most {max_items} items, got {len(value)}")
+            return None
         return value
 
 
@@ -298,10 +397,10 @@ def _rules(c: _Collector, raw: Any, path: str, default: ScalingRules) -> Scaling
         lo=0,
         hi=MAX_STABILIZATION_WINDOW_S,
     )
-    cooldown = c.integer(m, "cooldownSeconds", path, 0, lo=0)
+    cooldown = c.integer(m, "cooldownSeconds", path, 0, lo=0, hi=MAX_COOLDOWN_S)
     select = m.get("selectPolicy", default.select_policy)
     if select not in SELECT_POLICIES:
-        c.add(f"{path}.selectPolicy", f"must be one of {', '.join(SELECT_POLICIES)}, got {select!r}")
+        c.add(f"{path}.selectPolicy", f"must be one of {', '.join(SELECT_POLICIES)}, got {_shown(select)}")
         select = default.select_policy
     tolerance: float | None = None
     if m.get("tolerance") is not None:
@@ -310,11 +409,9 @@ def _rules(c: _Collector, raw: Any, path: str, default: ScalingRules) -> Scaling
             c.add(f"{path}.tolerance", f"must be >= 0, got {tolerance}")
             tolerance = None
     policies = default.policies
-    raw_policies = m.get("policies")
+    raw_policies = c.items(m, "policies", path, max_items=MAX_RATE_POLICIES)
     if raw_policies is not None:
-        if not isinstance(raw_policies, list):
-            c.add(f"{path}.policies", "must be a list")
-        elif not raw_policies:
+        if not raw_policies:
             c.add(f"{path}.policies", "must hold at least one policy (or be left out for the defaults)")
         else:
             parsed: list[RatePolicy] = []
@@ -325,8 +422,8 @@ def _rules(c: _Collector, raw: Any, path: str, default: ScalingRules) -> Scaling
                     continue
                 ptype = pm.get("type")
                 if ptype not in POLICY_TYPES:
-                    c.add(f"{ppath}.type", f"must be one of {', '.join(POLICY_TYPES)}, got {ptype!r}")
-                value = c.integer(pm, "value", ppath, None, lo=1)
+                    c.add(f"{ppath}.type", f"must be one of {', '.join(POLICY_TYPES)}, got {_shown(ptype)}")
+                value = c.integer(pm, "value", ppath, None, lo=1, hi=MAX_POLICY_VALUE)
                 period = c.integer(pm, "periodSeconds", ppath, None, lo=1, hi=MAX_PERIOD_S)
                 if ptype in POLICY_TYPES and value is not None and period is not None:
                     parsed.append(RatePolicy(str(ptype), value, period))
@@ -353,7 +450,7 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
     uid = uid_raw if isinstance(uid_raw, str) else ""
     kind = root.get("kind", KIND)
     if kind != KIND:
-        c.add("kind", f"must be {KIND}, got {kind!r}")
+        c.add("kind", f"must be {KIND}, got {_shown(kind)}")
     spec = c.map(root.get("spec"), "spec", required=True) or {}
 
     ref_map = c.map(spec.get("scaleTargetRef"), "spec.scaleTargetRef", required=True) or {}
@@ -362,8 +459,8 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
         kind=c.string(ref_map, "kind", "spec.scaleTargetRef"),
         name=c.string(ref_map, "name", "spec.scaleTargetRef"),
     )
-    min_replicas = c.integer(spec, "minReplicas", "spec", 1, lo=1)
-    max_replicas = c.integer(spec, "maxReplicas", "spec", None, lo=1)
+    min_replicas = c.integer(spec, "minReplicas", "spec", 1, lo=1, hi=MAX_REPLICAS)
+    max_replicas = c.integer(spec, "maxReplicas", "spec", None, lo=1, hi=MAX_REPLICAS)
     if min_replicas is not None and max_replicas is not None and max_replicas < min_replicas:
         c.add("spec.maxReplicas", f"must be >= spec.minReplicas ({min_replicas}), got {max_replicas}")
 
@@ -371,6 +468,8 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
     raw_metrics = spec.get("metrics")
     if not isinstance(raw_metrics, list) or not raw_metrics:
         c.add("spec.metrics", "must be a non-empty list of {name, target}")
+    elif len(raw_metrics) > MAX_METRICS:
+        c.add("spec.metrics", f"must hold at most {MAX_METRICS} items, got {len(raw_metrics)}")
     else:
         seen: set[str] = set()
         for i, rm in enumerate(raw_metrics):
@@ -380,16 +479,16 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
                 continue
             mname = mm.get("name")
             if mname not in METRIC_NAMES:
-                c.add(f"{mpath}.name", f"must be one of {', '.join(METRIC_NAMES)}, got {mname!r}")
+                c.add(f"{mpath}.name", f"must be one of {', '.join(METRIC_NAMES)}, got {_shown(mname)}")
             elif mname in seen:
                 c.add(f"{mpath}.name", f"{mname} is listed twice")
-            target = c.number(mm, "target", mpath, None, positive=True)
+            target = c.number(mm, "target", mpath, None, positive=True, lo=MIN_TARGET, hi=MAX_TARGET)
             if isinstance(mname, str) and mname in METRIC_NAMES and mname not in seen and target is not None:
                 metrics.append(MetricTarget(mname, target))
             if isinstance(mname, str):
                 seen.add(mname)
 
-    window_s = c.duration(spec, "window", "spec", DEFAULT_WINDOW_S)
+    window_s = c.duration(spec, "window", "spec", DEFAULT_WINDOW_S, lo=MIN_WINDOW_S, hi=MAX_WINDOW_S)
     tolerance = c.number(spec, "tolerance", "spec", DEFAULT_TOLERANCE)
     # As Kubernetes: any tolerance >= 0 (its own tests use 2.0); above 1 a
     # scale-down can never leave the band, which is the user's choice to make.
@@ -402,15 +501,15 @@ def parse_gpuscaler(obj: Any) -> GPUScaler:
     fallback: Fallback | None = None
     fb = c.map(spec.get("fallback"), "spec.fallback")
     if fb is not None:
-        after = c.number(fb, "afterSeconds", "spec.fallback", None, positive=True)
-        replicas = c.integer(fb, "replicas", "spec.fallback", None, lo=0)
+        after = c.integer(fb, "afterSeconds", "spec.fallback", None, lo=1, hi=MAX_FALLBACK_AFTER_S)
+        replicas = c.integer(fb, "replicas", "spec.fallback", None, lo=0, hi=MAX_REPLICAS)
         if replicas is not None and max_replicas is not None and replicas > max_replicas:
             c.add("spec.fallback.replicas", f"must be <= spec.maxReplicas ({max_replicas}), got {replicas}")
         if after is not None and replicas is not None:
-            fallback = Fallback(after, replicas)
+            fallback = Fallback(float(after), replicas)
     paused = spec.get("paused", False)
     if not isinstance(paused, bool):
-        c.add("spec.paused", f"must be true or false, got {paused!r}")
+        c.add("spec.paused", f"must be true or false, got {_shown(paused)}")
         paused = False
     not_ready = c.choice(spec, "notReadyPods", "spec", NotReadyPods.MISSING)
     mode = c.choice(spec, "mode", "spec", Mode.ACTIVE)

@@ -75,11 +75,13 @@ def _rules(schema: dict[str, Any], targeted: list[str]) -> list[str]:
         out.append("one of " + ", ".join(f"`{v}`" for v in schema["enum"]))
     low = schema.get("minimum")
     if low is not None:
-        out.append(f"> {low:g}" if schema.get("exclusiveMinimum") else f"≥ {low:g}")
+        out.append(f"> {_number(low)}" if schema.get("exclusiveMinimum") else f"≥ {_number(low)}")
     if schema.get("maximum") is not None:
-        out.append(f"≤ {schema['maximum']:g}")
+        out.append(f"≤ {_number(schema['maximum'])}")
     if schema.get("minLength"):
         out.append(f"at least {schema['minLength']} characters")
+    if schema.get("maxLength"):
+        out.append(f"at most {schema['maxLength']} characters")
     if schema.get("minItems"):
         out.append(f"at least {schema['minItems']} item(s)")
     if schema.get("maxItems"):
@@ -90,6 +92,11 @@ def _rules(schema: dict[str, Any], targeted: list[str]) -> list[str]:
         if rule.get("message"):
             out.append(str(rule["message"]))
     return out + targeted
+
+
+def _number(value: float) -> str:
+    """A bound as written: whole numbers in full (2147483647), the rest short (1e+15)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 def _cell(text: str) -> str:

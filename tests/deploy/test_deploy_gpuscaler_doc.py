@@ -139,6 +139,32 @@ SPECS = [
     pytest.param({"behavior": {"scaleUp": {"policies": []}}}, False, id="empty-policies"),
     pytest.param({"tolerance": 2.0}, True, id="large-tolerance"),
     pytest.param({"metrics": [{"name": "sm_active", "target": 0.7}]}, True, id="sm-active-ratio-by-mistake"),
+    # Bounds that CEL rules hold (the schema's minimum/maximum ones: the test below).
+    pytest.param({"metrics": [{"name": "gpu_util", "target": 0.001}]}, True, id="target-one-milli"),
+    pytest.param({"metrics": [{"name": "gpu_util", "target": 0.0009}]}, False, id="target-below-a-milli"),
+    pytest.param({"metrics": [{"name": "gpu_util", "target": 5e-10}]}, False, id="target-rounding-to-zero"),
+    pytest.param({"window": "1ms"}, True, id="window-one-ms"),
+    pytest.param({"window": "0.001"}, True, id="window-one-ms-bare"),
+    pytest.param({"window": "0.0009s"}, False, id="window-below-a-ms"),
+    pytest.param({"window": "24h"}, True, id="window-a-day"),
+    pytest.param({"window": "86400"}, True, id="window-a-day-bare"),
+    pytest.param({"window": "1440.001m"}, False, id="window-past-a-day"),
+    pytest.param({"window": "86401"}, False, id="window-past-a-day-bare"),
+    pytest.param({"window": "99999999999999999999h"}, False, id="window-overflowing"),
+    pytest.param({"window": "0" * 29 + "30s"}, True, id="window-32-characters"),
+    pytest.param({"window": "0" * 30 + "30s"}, False, id="window-33-characters"),
+    pytest.param({"scaleTargetRef": {"kind": "Deployment", "name": "b" * 253}}, True, id="name-253"),
+    pytest.param({"scaleTargetRef": {"kind": "Deployment", "name": "b" * 254}}, False, id="name-254"),
+    pytest.param(
+        {"behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 15}] * 16}}},
+        True,
+        id="sixteen-rate-policies",
+    ),
+    pytest.param(
+        {"behavior": {"scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 15}] * 17}}},
+        False,
+        id="seventeen-rate-policies",
+    ),
 ]
 
 
@@ -175,3 +201,108 @@ async def test_every_example_in_the_doc_is_accepted(kube_sim: KubeSim, example: 
     if namespace != "default":
         await kube_sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     await kube_sim.create(copy.deepcopy(example))
+
+
+# --- every numeric bound, in the CRD and in the decider --------------------------------
+
+# Every field present, at values that leave room at both ends of every other field's bounds.
+FULL_SPEC: dict[str, Any] = {
+    "scaleTargetRef": {"kind": "Deployment", "name": "bert"},
+    "minReplicas": 1,
+    "maxReplicas": 2147483647,
+    "metrics": [{"name": "gpu_util", "target": 70}],
+    "window": "30s",
+    "tolerance": 0.1,
+    "behavior": {
+        direction: {
+            "stabilizationWindowSeconds": 0,
+            "cooldownSeconds": 0,
+            "tolerance": 0.1,
+            "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}],
+        }
+        for direction in ("scaleUp", "scaleDown")
+    },
+    "fallback": {"afterSeconds": 60, "replicas": 1},
+}
+# Any tolerance >= 0 is Kubernetes' own rule (KEP-4951): nothing in the maths needs a ceiling.
+NO_MAXIMUM = {".spec.tolerance", ".spec.behavior.scaleUp.tolerance", ".spec.behavior.scaleDown.tolerance"}
+# A CEL rule on the field itself raises the schema's minimum (the SPECS above check the rule's bound).
+RAISED_MINIMUM = {".spec.minReplicas", ".spec.metrics[].target"}
+
+
+def _with(path: str, value: float) -> dict[str, Any]:
+    body = copy.deepcopy(BASE)
+    body["spec"] = copy.deepcopy(FULL_SPEC)
+    node: Any = body
+    keys = path.lstrip(".").replace("[]", ".0").split(".")
+    for key in keys[:-1]:
+        node = node[int(key)] if key.isdigit() else node[key]
+    node[keys[-1]] = value
+    return body
+
+
+def _past(bound: float, integer: bool, direction: int) -> float:
+    return bound + direction if integer else bound + direction * max(abs(bound) * 1e-9, 1e-9)
+
+
+def numeric_bound_cases() -> list[tuple[str, float, bool | None]]:
+    """(field, value, whether the bound allows it: None where a CEL rule decides) for every
+    numeric field of the spec: at each bound and one step past it; a huge value where there
+    is no maximum."""
+    cases: list[tuple[str, float, bool | None]] = []
+    for path, sub, _ in fields(crd_schema()["properties"]["spec"], ".spec"):
+        kind = sub.get("type")
+        if kind not in ("integer", "number"):
+            continue
+        integer = kind == "integer"
+        low, high = sub.get("minimum"), sub.get("maximum")
+        assert low is not None, f"{path}: no minimum"
+        assert (high is None) == (path in NO_MAXIMUM), f"{path}: a maximum is what bounds it"
+        at_low = None if path in RAISED_MINIMUM else not sub.get("exclusiveMinimum")
+        cases += [(path, low, at_low), (path, _past(low, integer, -1), False)]
+        if high is None:
+            cases.append((path, 1e300, True))
+        else:
+            cases += [(path, high, True), (path, _past(high, integer, 1), False)]
+    return cases
+
+
+def test_every_numeric_field_is_bounded_and_the_cases_cover_them() -> None:
+    paths = {path for path, _, _ in numeric_bound_cases()}
+    assert ".spec.metrics[].target" in paths
+    assert ".spec.fallback.afterSeconds" in paths
+    assert ".spec.behavior.scaleDown.policies[].value" in paths
+    assert len(paths) == 16
+
+
+async def test_the_api_server_and_the_decider_agree_on_every_numeric_bound(kube_sim: KubeSim) -> None:
+    """At each bound and one step past it, both ways: what the CRD allows the decider
+    takes, and what the decider refuses the CRD refuses."""
+    api = await new_api_client(kube_sim.kubeconfig_path)
+    custom = CustomObjectsApi(api)
+    disagreements: list[str] = []
+    try:
+        for i, (path, value, allowed) in enumerate(numeric_bound_cases()):
+            body = _with(path, value)
+            body["metadata"]["name"] = f"bound-{i}"
+            try:
+                parse_gpuscaler(body)
+                decider_accepts = True
+            except PolicyError:
+                decider_accepts = False
+            refused: ApiException | None = None
+            try:
+                await custom.create_namespaced_custom_object(
+                    "gpuscale.io", "v1alpha1", "default", "gpuscalers", body
+                )
+            except ApiException as e:
+                refused = e
+            assert refused is None or refused.status == 422, refused.body
+            server_accepts = refused is None
+            if server_accepts != decider_accepts or (allowed is not None and server_accepts != allowed):
+                disagreements.append(
+                    f"{path}={value!r}: API server {server_accepts}, decider {decider_accepts}, bound {allowed}"
+                )
+    finally:
+        await api.close()
+    assert disagreements == []

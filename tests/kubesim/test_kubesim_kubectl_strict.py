@@ -188,3 +188,28 @@ spec:
     out = await kubectl("apply", "-f", str(unknown), "--validate=warn")
     assert 'Warning: unknown field "spec.minReplica"' in out
     assert "gpuscaler.gpuscale.io/typo created" in out
+
+
+async def test_kubectl_is_refused_a_target_below_a_milli_unit_and_a_window_past_a_day(
+    kubectl: Kubectl, tmp_path: Path
+) -> None:
+    # 5e-10 would be 0 milli-units, the divisor of every evaluation (issue 32).
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(
+        """
+apiVersion: gpuscale.io/v1alpha1
+kind: GPUScaler
+metadata: {name: tiny}
+spec:
+  scaleTargetRef: {kind: Deployment, name: web}
+  maxReplicas: 3
+  metrics: [{name: gpu_util, target: 5e-10}]
+  window: 25h
+"""
+    )
+    out = await kubectl("apply", "-f", str(tiny), check=False)
+    assert "created" not in out
+    assert 'The GPUScaler "tiny" is invalid' in out
+    assert "must be at least 0.001: the target is computed on in milli-units" in out
+    assert "spec.window: Invalid value" in out
+    assert "must be at most 24h" in out

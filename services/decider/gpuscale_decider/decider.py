@@ -15,16 +15,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from gpuscale.clocks import due
 from gpuscale.kube import KubeError
-from gpuscale.logging import OncePerKey, get_logger
+from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import WorkloadKey
 from gpuscale.wire import Decision
 from gpuscale_decider.advice import Advisor, Publish, nowhere, wire_decision
-from gpuscale_decider.core.events import decision_event
+from gpuscale_decider.core.conditions import Reason
+from gpuscale_decider.core.events import condition_events, decision_event
 from gpuscale_decider.core.reconcile import (
     Config,
     Memory,
@@ -41,12 +42,25 @@ from gpuscale_decider.core.reconcile import (
 )
 from gpuscale_decider.core.replicas import PodView
 from gpuscale_decider.core.state import ScalerState, seed_last_scale
+from gpuscale_decider.core.status import blocked_status, status_differs
 from gpuscale_decider.intake import Intake
-from gpuscale_decider.metrics import DeciderMetrics
+from gpuscale_decider.metrics import (
+    STAGE_ACTION,
+    STAGE_MESSAGE,
+    STAGE_SAVE,
+    STAGE_TICK,
+    STAGE_WINDOW,
+    DeciderMetrics,
+)
 from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, Registry, StatusSink, Workload
 from gpuscale_decider.sources import PodSource, ScaleSource, StateStore
 from gpuscale_decider.windows import PublishWindow, WindowRequester
 from gpuscale_decider.windows import nowhere as no_aggregator
+
+# A GPUScaler whose evaluation keeps failing and working is logged at most this often.
+FAILURE_LOG_S: Final = 60.0
+# What of an error goes into a status and a log line.
+ERROR_TEXT_MAX: Final = 300
 
 
 class Decider:
@@ -76,10 +90,17 @@ class Decider:
         self.config = config
         self.registry = Registry(self.m, self.status, lambda: self.clock(), self.events)
         self._once = OncePerKey()
+        self._saves_failing = LogThrottle()
+        self._save_failed_at: WorkloadKey | None = None  # the next flush starts after it
         self._sending: set[asyncio.Task[None]] = set()
         self.intake = Intake(metrics)
         self.advisor = Advisor(metrics, self.m, publish_advice or nowhere)
-        self.windows = WindowRequester(metrics, self.m, publish_window or no_aggregator)
+        self.windows = WindowRequester(
+            metrics,
+            self.m,
+            publish_window or no_aggregator,
+            on_error=lambda w, e: self._caught(w, STAGE_WINDOW, e),
+        )
         self.log = get_logger(component="decider")
 
     @property
@@ -90,7 +111,7 @@ class Decider:
         """A new leader reloads state: the previous one may have moved on. The
         condition series go: only the leader's are current."""
         for w in self.workloads.values():
-            w.memory, w.dirty = None, False
+            w.memory, w.dirty, w.failed = None, False, None
         self.m.forget_conditions()
 
     # --- messages in -----------------------------------------------------------------
@@ -108,8 +129,12 @@ class Decider:
         if w is None:
             self.m.unmatched.inc()
             return
-        # The newest arrival wins: ordering and freshness on this process's clock.
-        w.observation = observation_of(m, now)
+        try:
+            # The newest arrival wins: ordering and freshness on this process's clock.
+            w.observation = observation_of(m, now)
+        except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own: reported on it
+            self._failed(w, STAGE_MESSAGE, e, now)
+            return
         if not same_window(m.window_s, w.scaler.spec.window_s) and self.is_leader():
             await self.windows.mismatch(w, now)
         await self.evaluate(w, now)
@@ -129,7 +154,11 @@ class Decider:
         if w is None or w.memory is None or pending is None or pending.decision_id != action.decision_id:
             return
         self.m.actions.labels(outcome=action.outcome).inc()
-        state = action_seen(w.memory.state, action, now, longest_period(w.scaler.spec))
+        try:
+            state = action_seen(w.memory.state, action, now, longest_period(w.scaler.spec))
+        except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own; the pending decision times out
+            self._caught(w, STAGE_ACTION, e)
+            return
         w.memory, w.dirty = Memory(state, w.memory.written), True
         self.scales.forget(w.ref)  # the next evaluation (metrics message or tick) reads afresh
         self.log.info(
@@ -138,7 +167,9 @@ class Decider:
 
     # --- one evaluation ----------------------------------------------------------------
 
-    async def evaluate(self, w: Workload, now: float) -> Step | None:
+    async def evaluate(self, w: Workload, now: float, stage: str = STAGE_MESSAGE) -> Step | None:
+        """One evaluation of ``w``. What it raises is ``w``'s alone: counted, logged,
+        set on its status, and the caller goes on with the others."""
         if not self.is_leader():
             return None
         if w.busy:  # one evaluation per workload at a time; the running one goes again
@@ -150,9 +181,15 @@ class Decider:
             while w.again:
                 w.again = False
                 step = await self._step(w, self.clock())
-            return step
+        except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own: reported on it
+            w.again = False
+            self._failed(w, stage, e, now)
+            return None
         finally:
             w.busy = False
+        if w.failed is not None:
+            self._recovered(w)
+        return step
 
     async def _step(self, w: Workload, now: float) -> Step:
         if w.memory is None:
@@ -206,6 +243,87 @@ class Decider:
         pods = self.pods.select(w.key.namespace, scale.selector) if scale.selector else None
         return Target(scale.replicas, scale.selector, conflict=w.conflict), pods
 
+    # --- one GPUScaler's failures ------------------------------------------------------
+
+    def _caught(self, w: Workload, stage: str, e: Exception) -> None:
+        """A failure on ``w`` outside its evaluation: counted, logged once per stage."""
+        self.m.evaluation_errors.labels(stage=stage).inc()
+        if self._once.first(stage, str(w.key)):
+            self.log.error(
+                "gpuscaler_handling_failed",
+                stage=stage,
+                target=str(w.key),
+                gpuscaler=w.scaler.key,
+                error=_error_text(e),
+                exc_info=e,
+            )
+
+    def _failed(self, w: Workload, stage: str, e: Exception, now: float) -> None:
+        """``w``'s evaluation raised: count it, log it (once a minute at most), and say
+        so on its status (condition ``FailedEvaluation``, a Warning Event) until one works.
+        Its tick waits its interval, as any evaluated workload's."""
+        self.m.evaluation_errors.labels(stage=stage).inc()
+        w.last_evaluated = now
+        if w.failed == type(e).__name__:
+            return  # reported already (the same fault again): no text, no log, no write
+        w.failed = type(e).__name__
+        error = _error_text(e)
+        at = time.monotonic()
+        if w.failure_logged_at is None or at - w.failure_logged_at >= FAILURE_LOG_S:
+            w.failure_logged_at, w.recovery_to_log = at, True
+            self.log.error(
+                "evaluation_failed",
+                stage=stage,
+                target=str(w.key),
+                gpuscaler=w.scaler.key,
+                error=error,
+                exc_info=e,
+            )
+        try:
+            self._report_failure(w, error, now)
+        except Exception as report_error:  # noqa: BLE001 - the report is best effort: the count and log stand
+            if self._once.first("failure_report", str(w.key)):
+                self.log.error(
+                    "evaluation_failure_unreported", target=str(w.key), error=_error_text(report_error)
+                )
+
+    def _report_failure(self, w: Workload, error: str, now: float) -> None:
+        scaler = w.scaler
+        previous = w.memory.written.status if w.memory is not None else w.status_seen
+        seen = w.observation
+        fresh = seen is not None and 0.0 <= now - seen.received_at <= scaler.spec.window_s
+        status = blocked_status(
+            scaler.spec,
+            scaler.generation,
+            Reason.FAILED_EVALUATION,
+            f"evaluating this GPUScaler failed ({error}): nothing is changed on the target until an "
+            "evaluation succeeds",
+            None,
+            seen.averages if fresh and seen is not None else None,
+            previous,
+            now,
+        )
+        # What the next evaluation's status is compared with: a success writes over it.
+        if w.memory is not None:
+            w.memory = Memory(w.memory.state, Written(status, None, now))
+        else:
+            w.status_seen = status
+        if not status_differs(previous, status):
+            return
+        self.m.status_writes.inc()
+        self.status.submit(scaler.namespace, scaler.name, status)
+        self.m.conditions(scaler.namespace, scaler.name, status)
+        events = condition_events(previous, status)
+        if events:
+            self.events.record(scaler.namespace, scaler.name, scaler.uid, events)
+
+    def _recovered(self, w: Workload) -> None:
+        """An evaluation worked again: its own status has already replaced the failure's."""
+        w.failed = None
+        if w.recovery_to_log:
+            w.recovery_to_log = False
+            self.log.info("evaluation_recovered", target=str(w.key), gpuscaler=w.scaler.key)
+
     # --- writes ------------------------------------------------------------------------
 
     def _send_later(self, w: Workload, planned: PlannedDecision, now: float) -> None:
@@ -257,8 +375,12 @@ class Decider:
         try:
             await self.store.save(w.key, w.memory.state)
         except Exception as e:  # noqa: BLE001 - NATS may be away; the next tick retries
-            if self._once.first("state_save", str(w.key)):
-                self.log.warning("state_save_failed", target=str(w.key), error=f"{type(e).__name__}: {e}")
+            self.m.evaluation_errors.labels(stage=STAGE_SAVE).inc()
+            held = self._saves_failing.allow("state_save", type(e).__name__)
+            if held is not None:  # one line a minute: with NATS away every workload fails alike
+                self.log.warning(
+                    "state_save_failed", target=str(w.key), error=_error_text(e), suppressed=held
+                )
             return False
         w.dirty = False
         return True
@@ -278,10 +400,22 @@ class Decider:
         await self.windows.tick(list(self.workloads.values()), now)
         for w in list(self.workloads.values()):
             if due(w.last_evaluated, now, interval_s):
-                await self.evaluate(w, now)
+                await self.evaluate(w, now, STAGE_TICK)
         await self.flush()
 
     async def flush(self) -> None:
-        for w in list(self.workloads.values()):
+        """Save what changed. A failed save ends the round (NATS away: one timeout per
+        tick, not one per workload); the next round starts after the one that failed,
+        so a workload whose save keeps failing holds up no other."""
+        workloads = list(self.workloads.values())
+        start = next((i + 1 for i, w in enumerate(workloads) if w.key == self._save_failed_at), 0)
+        for w in workloads[start:] + workloads[:start]:
             if not await self._save(w):
+                self._save_failed_at = w.key
                 return
+        self._save_failed_at = None
+
+
+def _error_text(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= ERROR_TEXT_MAX else f"{text[: ERROR_TEXT_MAX - 3]}..."

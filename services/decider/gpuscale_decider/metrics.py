@@ -11,6 +11,14 @@ from prometheus_client import Counter, Gauge, Histogram
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import WorkloadKey
 
+# Where one GPUScaler's failure was caught (the label of gpuscale_decider_evaluation_errors_total).
+STAGE_MESSAGE = "message"  # evaluating on a metrics message
+STAGE_TICK = "tick"  # evaluating on the tick (staleness, fallback, pending timeouts, status)
+STAGE_WINDOW = "window_request"
+STAGE_ACTION = "action_report"
+STAGE_SAVE = "state_save"
+STAGES = (STAGE_MESSAGE, STAGE_TICK, STAGE_WINDOW, STAGE_ACTION, STAGE_SAVE)
+
 
 class _WorkloadSeries:
     """One workload's labelled gauges, looked up once (``labels()`` is the
@@ -93,6 +101,16 @@ class DeciderMetrics:
         # write nothing) has the same conditions, so it is not walked again.
         self._reported: dict[tuple[str, str], Mapping[str, Any]] = {}
 
+        # One GPUScaler's failure is caught, counted here and set on its status; the loop goes on.
+        self.evaluation_errors = Counter(
+            "gpuscale_decider_evaluation_errors_total",
+            "Failures while handling one GPUScaler (its evaluation, window request, action report "
+            "or state save), by stage; the others go on",
+            ["stage"],
+            registry=r,
+        )
+        for stage in STAGES:
+            self.evaluation_errors.labels(stage=stage)
         self.publish_failures = Counter(
             "gpuscale_decider_publish_failures_total",
             "Decisions, advice and window requests that could not be published (NATS away)",

@@ -66,6 +66,9 @@ class Workload:
     dirty: bool = False
     busy: bool = False
     again: bool = False
+    failed: str | None = None  # the error its last evaluation raised, as reported on it; None: it worked
+    failure_logged_at: float | None = None  # monotonic: failures are logged at most once a minute
+    recovery_to_log: bool = False  # a failure was logged: log its end too
 
     @property
     def last_scale_time(self) -> float | None:

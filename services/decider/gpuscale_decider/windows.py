@@ -36,8 +36,15 @@ async def nowhere(_: WindowRequest) -> None:
 
 
 class WindowRequester:
-    def __init__(self, metrics: ServiceMetrics, m: DeciderMetrics, publish: PublishWindow) -> None:
+    def __init__(
+        self,
+        metrics: ServiceMetrics,
+        m: DeciderMetrics,
+        publish: PublishWindow,
+        on_error: Callable[[Workload, Exception], None] = lambda w, e: None,
+    ) -> None:
         self.metrics, self.m, self.publish = metrics, m, publish
+        self.on_error = on_error  # one workload's failure: told, and the others go on
         self._sent: dict[WorkloadKey, tuple[WindowNeed, float]] = {}
         self._failing = False
         self.log = get_logger(component="decider")
@@ -47,10 +54,13 @@ class WindowRequester:
         present: set[WorkloadKey] = set()
         for w in workloads:
             present.add(w.key)
-            need = window_need(w.scaler.spec)
-            sent = self._sent.get(w.key)
-            if sent is None or sent[0] != need or due(sent[1], now, REPEAT_S):
-                await self._send(w, need, now)
+            try:
+                need = window_need(w.scaler.spec)
+                sent = self._sent.get(w.key)
+                if sent is None or sent[0] != need or due(sent[1], now, REPEAT_S):
+                    await self._send(w, need, now)
+            except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own
+                self.on_error(w, e)
         for key in [k for k in self._sent if k not in present]:
             del self._sent[key]
 
@@ -58,7 +68,10 @@ class WindowRequester:
         """Metrics arrived over another window than the policy's: ask again now."""
         sent = self._sent.get(w.key)
         if sent is None or due(sent[1], now, RETRY_S):
-            await self._send(w, window_need(w.scaler.spec), now)
+            try:
+                await self._send(w, window_need(w.scaler.spec), now)
+            except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own
+                self.on_error(w, e)
 
     async def _send(self, w: Workload, need: WindowNeed, now: float) -> None:
         request = WindowRequest(

@@ -36,6 +36,7 @@ class Reason(StrEnum):
     INVALID_POLICY = "InvalidPolicy"
     WAITING_FOR_ACTUATOR = "WaitingForActuator"
     FAILED_RESCALE = "FailedRescale"
+    FAILED_EVALUATION = "FailedEvaluation"  # the decider failed on this GPUScaler (a bug or a fault)
     SHADOW_MODE = "ShadowMode"
     # ScalingActive
     VALID_METRIC_FOUND = "ValidMetricFound"
@@ -133,7 +134,13 @@ def summary(able_to_scale: Condition, paused: bool, fallback: bool) -> tuple[Con
 # AbleToScale False for these means gpuscale cannot act (Ready False); a cooldown
 # (Backoff*) is a rule the user set, not a fault.
 NOT_READY = frozenset(
-    {Reason.CONFLICTING_CONTROLLER, Reason.FAILED_GET_SCALE, Reason.INVALID_POLICY, Reason.FAILED_RESCALE}
+    {
+        Reason.CONFLICTING_CONTROLLER,
+        Reason.FAILED_GET_SCALE,
+        Reason.INVALID_POLICY,
+        Reason.FAILED_RESCALE,
+        Reason.FAILED_EVALUATION,
+    }
 )
 # Deliberate states: ScalingActive False while paused or at 0 replicas, AbleToScale
 # False during a cooldown or in shadow mode.

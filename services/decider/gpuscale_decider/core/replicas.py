@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpuscale.policy import NotReadyPods
+from gpuscale.policy import NotReadyPods, milli_value
 
 
 class Phase(StrEnum):
@@ -110,16 +110,9 @@ def group_pods(
     return groups, counted
 
 
-# The contract bounds some values only by "finite"; past this no metric is real,
-# and a product with 1000 must stay finite (math.ceil(inf) raises).
-_MILLI_INPUT_MAX = 1e15
-
-
-def milli(value: float) -> int:
-    """A value as a Kubernetes quantity's ``MilliValue()`` (rounded up); the
-    small epsilon keeps binary noise (0.1 × 1000 = 100.00000000000001) from
-    rounding a whole milli-unit up."""
-    return math.ceil((value if value < _MILLI_INPUT_MAX else _MILLI_INPUT_MAX) * 1000.0 - 1e-6)
+# A value as a Kubernetes quantity's ``MilliValue()``: rounded up, so a positive target
+# is never 0 milli-units (the ratio divides by it), bounded for values past any real metric.
+milli = milli_value
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,7 +134,8 @@ def blocked_status(
     now: float,
 ) -> dict[str, Any]:
     """The decider will not act: another controller owns the target
-    (``ConflictingController``) or the target cannot be read (``FailedGetScale``)."""
+    (``ConflictingController``), the target cannot be read (``FailedGetScale``), or
+    evaluating this GPUScaler failed (``FailedEvaluation``)."""
     conditions = (
         able(False, reason, message),
         active(True, Reason.VALID_METRIC_FOUND, "GPU metrics are arriving")
