@@ -379,6 +379,12 @@ def _service_ports(obj: Obj, _now: float) -> Any:
     return ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in ports) or "<none>"
 
 
+def _pod_selector(obj: Obj, _now: float) -> Any:
+    # metav1.FormatLabelSelector, for the matchLabels that manifests use
+    labels = json_path(obj, ".spec.podSelector.matchLabels") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"
+
+
 # --- built-in kinds ------------------------------------------------------------
 
 
@@ -638,6 +644,19 @@ BUILTINS: tuple[ResourceDef, ...] = (
             Column(
                 "Max Unavailable", "string", _path_cell(".spec.maxUnavailable", "string"), "Max unavailable"
             ),
+            AGE_COLUMN,
+        ),
+    ),
+    ResourceDef(
+        "networking.k8s.io",
+        "v1",
+        "networkpolicies",
+        "networkpolicy",
+        "NetworkPolicy",
+        short_names=("netpol",),
+        columns=(
+            NAME_COLUMN,
+            Column("Pod-Selector", "string", _pod_selector, "The pods it selects"),
             AGE_COLUMN,
         ),
     ),

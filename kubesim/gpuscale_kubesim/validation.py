@@ -4,7 +4,7 @@ Only rules the real API server applies, with its field paths and words:
 object metadata (names as DNS-1123 subdomains, labels, labels in
 selectors, annotations, owner references), Pods and pod templates,
 Deployments, StatefulSets, ReplicaSets, DaemonSets, Namespaces, Services,
-ConfigMaps, Secrets, ServiceAccounts, RBAC, PodDisruptionBudgets, Leases,
+ConfigMaps, Secrets, ServiceAccounts, RBAC, PodDisruptionBudgets, NetworkPolicies, Leases,
 HPAs and Events (the legacy rules for core v1, the strict ones for
 events.k8s.io/v1, notes limited to 1,024 bytes). Custom resources are
 checked against their CRD's schema elsewhere (structural, cel).
@@ -671,6 +671,28 @@ def validate_pdb(obj: Obj) -> Errors:
     return errs
 
 
+def validate_network_policy(obj: Obj) -> Errors:
+    """ValidateNetworkPolicySpec's rules that a manifest runs into: selectors, types, ports."""
+    errs = validate_object_meta(obj.get("metadata") or {}, True, name_is_dns_subdomain)
+    spec = obj.get("spec") or {}
+    errs += validate_label_selector(spec.get("podSelector") or {}, "spec.podSelector")
+    for i, kind in enumerate(spec.get("policyTypes") or []):
+        if kind not in ("Ingress", "Egress"):
+            errs.append(fe.not_supported(f"spec.policyTypes[{i}]", kind, ["Ingress", "Egress"]))
+    for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(spec.get(direction) or []):
+            where = f"spec.{direction}[{i}]"
+            for j, port in enumerate(rule.get("ports") or []):
+                protocol = port.get("protocol")
+                if protocol is not None and protocol not in PROTOCOLS:
+                    errs.append(fe.not_supported(f"{where}.ports[{j}].protocol", protocol, PROTOCOLS))
+            for j, peer in enumerate(rule.get(peers_key) or []):
+                for key in ("podSelector", "namespaceSelector"):
+                    if isinstance(peer.get(key), dict):
+                        errs += validate_label_selector(peer[key], f"{where}.{peers_key}[{j}].{key}")
+    return errs
+
+
 def _validate_rules(rules: Any, path: str) -> Errors:
     errs: Errors = []
     for i, rule in enumerate(rules or []):
@@ -807,6 +829,7 @@ VALIDATORS: dict[tuple[str, str], Validator] = {
     ("apps", "DaemonSet"): validate_daemonset,
     ("coordination.k8s.io", "Lease"): validate_lease,
     ("policy", "PodDisruptionBudget"): validate_pdb,
+    ("networking.k8s.io", "NetworkPolicy"): validate_network_policy,
     ("rbac.authorization.k8s.io", "Role"): validate_role(True),
     ("rbac.authorization.k8s.io", "ClusterRole"): validate_role(False),
     ("rbac.authorization.k8s.io", "RoleBinding"): validate_binding(True),

@@ -324,3 +324,30 @@ async def test_core_events_follow_the_legacy_rules(api: ApiClient) -> None:
         causes(raised.value)["involvedObject.namespace"][1]
         == 'Invalid value: "kube-system": does not match event.namespace'
     )
+
+
+# --- network policies ----------------------------------------------------------------
+
+
+async def test_network_policy_types_and_protocols_are_checked(api: ApiClient) -> None:
+    body = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "only-keda"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "scaler"}},
+            "policyTypes": ["Ingress", "Sideways"],
+            "ingress": [{"ports": [{"port": 9500, "protocol": "ICMP"}]}],
+        },
+    }
+    with pytest.raises(ApiException) as raised:
+        await client.NetworkingV1Api(api).create_namespaced_network_policy(NS, body)
+    assert raised.value.status == 422
+    assert {field: reason for field, (reason, _) in causes(raised.value).items()} == {
+        "spec.policyTypes[1]": "FieldValueNotSupported",
+        "spec.ingress[0].ports[0].protocol": "FieldValueNotSupported",
+    }
+    body["spec"]["policyTypes"] = ["Ingress"]
+    body["spec"]["ingress"] = [{"ports": [{"port": 9500, "protocol": "TCP"}]}]
+    created = await client.NetworkingV1Api(api).create_namespaced_network_policy(NS, body)
+    assert created.spec.pod_selector.match_labels == {"app": "scaler"}
