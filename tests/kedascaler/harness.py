@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import msgpack  # the wire contract's bytes, written independently of gpuscale.codec
 
 from gpuscale import settings as settings_mod
@@ -19,13 +20,21 @@ from gpuscale_kedascaler.app import KedaScalerService, serve
 from gpuscale_kedascaler.settings import KedaScalerSettings
 
 from ..waiting import eventually
+from .certs import grpc_channel, shared_pki
 
 BERT = WorkloadKey("default", "Deployment", "bert")
 
 
 def settings_for(nats_url: str, **options: Any) -> KedaScalerSettings:
-    given = {"nats_url": nats_url, "http_port": "0", "grpc_port": "0", "api_port": "0", **options}
+    """As deployed: the gRPC port with mutual TLS (the session's test PKI), unless told plaintext."""
+    tls = {} if options.get("grpc_plaintext") else shared_pki().grpc_options()
+    given = {"nats_url": nats_url, "http_port": "0", "grpc_port": "0", "api_port": "0", **tls, **options}
     return settings_mod.build(KedaScalerSettings, given, {})
+
+
+def keda_channel(scaler: RunningScaler) -> grpc.aio.Channel:
+    """A channel as KEDA opens one, holding KEDA's client certificate."""
+    return grpc_channel(scaler.service.grpc_port, shared_pki().keda)
 
 
 def metrics_payload(

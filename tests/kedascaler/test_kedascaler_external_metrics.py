@@ -7,14 +7,14 @@ metrics client: ``GET /apis/external.metrics.k8s.io/v1beta1/namespaces/<ns>/<met
 to the Service behind the APIService, over TLS, presenting its front-proxy
 client certificate, and checks availability with a GET of the group-version
 (discovery). These tests send exactly those requests: with aiohttp, and with the
-real kubectl (``get --raw``) as an independent client.
+real kubectl (``get --raw``) as an independent client, holding a front-proxy client
+certificate of the test PKI (tests/kedascaler/certs.py), as the aggregator does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import ipaddress
 import json
 import shutil
 import ssl
@@ -24,16 +24,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale.subjects import WorkloadKey
 
 from ..waiting import eventually
+from .certs import make_cert, new_key, shared_pki, write_pair
 from .harness import RunningScaler, metrics_payload, running_scaler, settings_for
 
 pytestmark = pytest.mark.integration
@@ -42,16 +39,27 @@ BASE = "/apis/external.metrics.k8s.io/v1beta1"
 KUBECTL = shutil.which("kubectl")
 
 
+def api_settings(nats_url: str, **options: str) -> Any:
+    return settings_for(nats_url, **{**shared_pki().api_options(), **options})
+
+
 @pytest.fixture
 async def scaler(nats_server: EmbeddedNats) -> AsyncIterator[RunningScaler]:
-    async with running_scaler(settings_for(nats_server.url)) as running:
+    async with running_scaler(api_settings(nats_server.url)) as running:
         yield running
 
 
+def client(cert: tuple[Path, Path] | None, trusted: Path | None = None) -> ssl.SSLContext:
+    """A client context that verifies the scaler's serving certificate and shows ``cert``."""
+    context = ssl.create_default_context(cafile=str(trusted or shared_pki().grpc_ca.cert_file))
+    if cert is not None:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    return context
+
+
 def trust(scaler: RunningScaler) -> ssl.SSLContext:
-    """A client context that verifies the scaler's own (self-signed) serving certificate."""
-    assert scaler.service.tls_cert_file is not None
-    return ssl.create_default_context(cafile=str(scaler.service.tls_cert_file))
+    """As the kube-aggregator calls: its front-proxy client certificate."""
+    return client(shared_pki().front_proxy)
 
 
 async def get(
@@ -169,7 +177,7 @@ async def test_refusals_are_status_objects(
 
 
 async def test_stale_data_is_503_and_writes_are_405(nats_server: EmbeddedNats, nats_client: NATS) -> None:
-    async with running_scaler(settings_for(nats_server.url, max_metrics_age="1")) as scaler:
+    async with running_scaler(api_settings(nats_server.url, max_metrics_age="1")) as scaler:
         await scaler.fed(nats_client, metrics_payload(averages={"gpu_util": 95.0}))
         path = f"{BASE}/namespaces/default/gpuscale-gpu_util?labelSelector=workload%3Dbert"
 
@@ -204,11 +212,19 @@ async def test_kubectl_get_raw_reads_it_as_from_an_api_server(
                         "name": "s",
                         "cluster": {
                             "server": f"https://127.0.0.1:{scaler.service.api_port}",
-                            "certificate-authority": str(scaler.service.tls_cert_file),
+                            "certificate-authority": str(shared_pki().grpc_ca.cert_file),
                         },
                     }
                 ],
-                "users": [{"name": "u", "user": {"token": "not-checked"}}],  # kubectl wants some credential
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "client-certificate": str(shared_pki().front_proxy[0]),
+                            "client-key": str(shared_pki().front_proxy[1]),
+                        },
+                    }
+                ],
                 "contexts": [{"name": "c", "context": {"cluster": "s", "user": "u"}}],
                 "current-context": "c",
             }
@@ -233,82 +249,49 @@ async def test_kubectl_get_raw_reads_it_as_from_an_api_server(
 # --- client certificates: only the API server's front proxy gets in -----------------------------
 
 
-def _cert(
-    name: str, key: Any, issuer: tuple[x509.Name, Any] | None, *, ca: bool, san: bool = False
-) -> x509.Certificate:
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    issuer_name, issuer_key = issuer if issuer is not None else (subject, key)
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if san:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
-        )
-    return builder.sign(issuer_key, hashes.SHA256())
+async def test_only_the_front_proxy_gets_in(scaler: RunningScaler) -> None:
+    pki = shared_pki()
+    assert scaler.service.tls_cert_file == pki.server[0]
+    code, body = await get(scaler, BASE, client(pki.front_proxy))
+    assert (code, body["kind"]) == (200, "APIResourceList")
+    # No certificate, one of an unknown CA, one of the gRPC CA (KEDA's): no handshake at all.
+    for who in (None, pki.stranger, pki.keda):
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
+            await get(
+                scaler,
+                f"{BASE}/namespaces/default/gpuscale-gpu_util?labelSelector=workload%3Dbert",
+                client(who),
+            )
 
 
-def _write(directory: Path, name: str, cert: x509.Certificate, key: Any) -> tuple[Path, Path]:
-    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path
-
-
-async def test_with_a_client_ca_only_the_front_proxy_gets_in(
-    nats_server: EmbeddedNats, tmp_path: Path
-) -> None:
-    ca_key, server_key, proxy_key, stranger_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(4))
-    ca = _cert("front-proxy-ca", ca_key, None, ca=True)
-    ca_path, _ = _write(tmp_path, "ca", ca, ca_key)
-    server = _write(
-        tmp_path,
-        "server",
-        _cert("gpuscale-keda-scaler", server_key, (ca.subject, ca_key), ca=False, san=True),
-        server_key,
-    )
-    proxy = _write(
-        tmp_path, "proxy", _cert("front-proxy-client", proxy_key, (ca.subject, ca_key), ca=False), proxy_key
-    )
-    stranger = _write(tmp_path, "stranger", _cert("stranger", stranger_key, None, ca=False), stranger_key)
-    settings = settings_for(
-        nats_server.url,
-        tls_cert_file=str(server[0]),
-        tls_private_key_file=str(server[1]),
-        client_ca_file=str(ca_path),
-    )
+async def test_a_front_proxy_certificate_of_another_name_is_forbidden(nats_server: EmbeddedNats) -> None:
+    pki = shared_pki()
+    other = pki.front_proxy_ca.issue("system:anonymous-tenant", client=True)
+    settings = api_settings(nats_server.url, requestheader_allowed_names="front-proxy-client, aggregator")
     async with running_scaler(settings) as scaler:
-        assert scaler.service.tls_cert_file == server[0]
-
-        def client(cert: tuple[Path, Path] | None) -> ssl.SSLContext:
-            context = ssl.create_default_context(cafile=str(ca_path))
-            if cert is not None:
-                context.load_cert_chain(str(cert[0]), str(cert[1]))
-            return context
-
-        code, body = await get(scaler, BASE, client(proxy))
-        assert (code, body["kind"]) == (200, "APIResourceList")
-        for who in (None, stranger):
-            with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
-                await get(scaler, BASE, client(who))
+        code, body = await get(scaler, BASE, client(pki.front_proxy))
+        assert code == 200
+        path = f"{BASE}/namespaces/default/gpuscale-gpu_util?labelSelector=workload%3Dbert"
+        code, body = await get(scaler, path, client(other))
+        assert (code, body["kind"], body["reason"]) == (403, "Status", "Forbidden")
+        assert "system:anonymous-tenant" in body["message"]
+        assert (
+            scaler.counter(
+                "gpuscale_kedascaler_requests_total",
+                api="external_metrics",
+                method="any",
+                outcome="forbidden",
+            )
+            == 1
+        )
 
 
 async def test_a_self_signed_key_is_removed_at_stop_and_a_given_one_is_kept(
     nats_server: EmbeddedNats, tmp_path: Path
 ) -> None:
-    async with running_scaler(settings_for(nats_server.url)) as scaler:
+    ca = str(shared_pki().front_proxy_ca.cert_file)
+    self_signed = settings_for(nats_server.url, external_metrics_api="true", client_ca_file=ca)
+    async with running_scaler(self_signed) as scaler:
         made = scaler.service.tls_cert_file
         assert made is not None
         assert made.exists()
@@ -316,9 +299,11 @@ async def test_a_self_signed_key_is_removed_at_stop_and_a_given_one_is_kept(
         assert await scaler.stop() == 0
     assert not made.parent.exists(), "the self-signed private key outlived the service"
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    given = _write(tmp_path, "server", _cert("gpuscale-keda-scaler", key, None, ca=False, san=True), key)
-    settings = settings_for(nats_server.url, tls_cert_file=str(given[0]), tls_private_key_file=str(given[1]))
+    key = new_key()
+    given = write_pair(
+        tmp_path, "server", make_cert("gpuscale-keda-scaler", key, None, ca=False, server=True), key
+    )
+    settings = api_settings(nats_server.url, tls_cert_file=str(given[0]), tls_private_key_file=str(given[1]))
     async with running_scaler(settings) as scaler:
         assert await scaler.stop() == 0
     assert all(path.exists() for path in given), "the operator's own certificate was removed"

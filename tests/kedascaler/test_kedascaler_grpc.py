@@ -26,7 +26,15 @@ from gpuscale_kedascaler.externalscaler import externalscaler_pb2 as pb
 from gpuscale_kedascaler.externalscaler import externalscaler_pb2_grpc as pb_grpc
 
 from ..waiting import eventually, holds_for
-from .harness import RunningScaler, metrics_payload, publish, running_scaler, settings_for, subject_of
+from .harness import (
+    RunningScaler,
+    keda_channel,
+    metrics_payload,
+    publish,
+    running_scaler,
+    settings_for,
+    subject_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +60,7 @@ async def scaler(nats_server: EmbeddedNats) -> AsyncIterator[RunningScaler]:
 
 @pytest.fixture
 async def stub(scaler: RunningScaler) -> AsyncIterator[Any]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.service.grpc_port}") as channel:
+    async with keda_channel(scaler) as channel:
         yield pb_grpc.ExternalScalerStub(channel)
 
 
@@ -235,7 +243,7 @@ async def test_stream_is_active_pushes_when_activity_changes(
 async def test_stale_metrics_are_never_served_as_fresh(nats_server: EmbeddedNats, nats_client: NATS) -> None:
     async with (
         running_scaler(settings_for(nats_server.url, max_metrics_age="1")) as scaler,
-        grpc.aio.insecure_channel(f"127.0.0.1:{scaler.service.grpc_port}") as channel,
+        keda_channel(scaler) as channel,
     ):
         stub = pb_grpc.ExternalScalerStub(channel)
         await scaler.fed(nats_client, metrics_payload(averages={"gpu_util": 90.0}))
@@ -303,7 +311,7 @@ async def test_the_scaler_outlives_nats_going_away(tmp_path_factory: pytest.Temp
             await eventually(
                 lambda: not scaler.service.nc or not scaler.service.nc.is_connected, what="the disconnect"
             )
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.service.grpc_port}") as channel:
+            async with keda_channel(scaler) as channel:
                 stub = pb_grpc.ExternalScalerStub(channel)
                 error = await rpc_error(stub.IsActive(ref()))  # still answering: no data, so an error
                 assert error.code() == grpc.StatusCode.UNAVAILABLE

@@ -4,13 +4,16 @@
   is decoded (``gpuscale.codec``), checked against its subject and kept as its
   workload's latest (:class:`~gpuscale_kedascaler.core.latest.LatestMetrics`),
   stamped with its arrival time.
-- gRPC (``--grpc-port``): KEDA's ``externalscaler.ExternalScaler``. A value
-  that is not fresh is an error (UNAVAILABLE), never a number: KEDA then keeps
-  the current replicas (or applies the ScaledObject's fallback) instead of
-  scaling on old data, and does not scale to zero on missing data.
-- HTTPS (``--api-port``): the external metrics API for an APIService; stale
-  data is a 503 Status, which the HPA reports as FailedGetExternalMetric and
-  does not scale on.
+- gRPC (``--grpc-port``): KEDA's ``externalscaler.ExternalScaler``, mutual TLS
+  (KEDA's client certificate). A value that is not fresh is an error
+  (UNAVAILABLE), never a number: KEDA then keeps the current replicas (or
+  applies the ScaledObject's fallback) instead of scaling on old data, and does
+  not scale to zero on missing data. A trigger reads its own ScaledObject's
+  namespace only; requests, metadata and open streams are bounded.
+- HTTPS (``--api-port``, with ``--external-metrics-api``): the external metrics
+  API for an APIService, to the API server's front proxy only (its client
+  certificate); stale data is a 503 Status, which the HPA reports as
+  FailedGetExternalMetric and does not scale on.
 - HTTP (``--http-port``): /healthz, /readyz, /metrics (the shared runtime).
 """
 
@@ -20,6 +23,7 @@ import asyncio
 import contextlib
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -32,7 +36,7 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter, Gauge
 
 from gpuscale import codec, subjects
-from gpuscale.logging import LogThrottle, OncePerKey, get_logger
+from gpuscale.logging import LogThrottle, get_logger
 from gpuscale.natsio import NATS, connect, drain, is_connected
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.subjects import SubjectError, WorkloadKey
@@ -41,7 +45,13 @@ from gpuscale.wire import WireError, WorkloadMetrics
 from . import tls
 from .core import external_api
 from .core.latest import LatestMetrics, Unavailable
-from .core.query import QueryError, ScalerQuery, parse_scaler_metadata
+from .core.query import (
+    OTHER_NAMESPACE,
+    TOO_LARGE,
+    QueryError,
+    ScalerQuery,
+    parse_scaled_object_ref,
+)
 from .externalscaler import externalscaler_pb2 as pb
 from .externalscaler import externalscaler_pb2_grpc as pb_grpc
 from .settings import KedaScalerSettings
@@ -54,6 +64,14 @@ EXPIRE_EVERY_S: Final = 30.0
 GRPC_GRACE_S: Final = 1.0
 # KEDA prefixes the names it got from GetMetricSpec with "s<trigger index>-" in older releases.
 _KEDA_INDEX: Final = re.compile(r"^s\d+-")
+# One request's bytes at most: a real ScaledObjectRef is a few hundred (query.MAX_METADATA_*).
+MAX_GRPC_MESSAGE: Final = 16 * 1024
+# Unary calls in flight beside the open streams, at most (more: RESOURCE_EXHAUSTED from gRPC).
+GRPC_UNARY_IN_FLIGHT: Final = 256
+# The external metrics API takes GETs: no body.
+MAX_HTTP_BODY: Final = 16 * 1024
+# Caller text in a log line or a status detail is cut to this.
+DETAIL_MAX: Final = 500
 
 
 class KedaScalerMetrics:
@@ -70,8 +88,16 @@ class KedaScalerMetrics:
         self.requests = Counter(
             "gpuscale_kedascaler_requests_total",
             "Requests answered, by API (grpc, external_metrics), method and outcome "
-            "(ok, invalid, no_metrics, stale, no_fresh_pods, metric_not_reported, not_found)",
+            "(ok, invalid, no_metrics, stale, no_fresh_pods, metric_not_reported, not_found; refused: "
+            "too_large, other_namespace, too_many_streams, forbidden)",
             ["api", "method", "outcome"],
+            registry=registry,
+        )
+        self.unauthenticated = Gauge(
+            "gpuscale_kedascaler_unauthenticated",
+            "1 while an API serves callers without a client certificate (--grpc-plaintext, "
+            "--api-any-client): alert on it",
+            ["api"],
             registry=registry,
         )
         self.workloads = Gauge(
@@ -84,6 +110,25 @@ class KedaScalerMetrics:
         )
 
 
+class _Waiting:
+    """The streams waiting for one workload's next message: forgotten with the last of them."""
+
+    __slots__ = ("count", "event")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.count = 0
+
+
+def _cut(text: object, limit: int = DETAIL_MAX) -> str:
+    raw = str(text)
+    return raw if len(raw) <= limit else f"{raw[:limit]}... (+{len(raw) - limit} more)"
+
+
+class StreamRefused(Exception):
+    """No room for another stream: in all, or for the asking ScaledObject's namespace."""
+
+
 class KedaScalerService:
     def __init__(self, ctx: ServiceContext, tls_dir: Path | None = None) -> None:
         self.ctx = ctx
@@ -91,8 +136,8 @@ class KedaScalerService:
         self.store = LatestMetrics(self.settings.max_metrics_age)
         self.m = KedaScalerMetrics(ctx)
         self.log = get_logger(service=SERVICE)
-        self.once = OncePerKey()
-        self.throttle = LogThrottle()  # rejected messages: by reason, once a minute
+        # Keyed by our own words (API, reason), never by what a caller names: once a minute each.
+        self.throttle = LogThrottle()
         self.nc: NATS | None = None
         self.grpc_port = 0
         self.api_port = 0
@@ -101,7 +146,10 @@ class KedaScalerService:
         self.tls_cert_file: Path | None = None  # the external metrics API's serving certificate
         self._tls_dir = tls_dir
         self._own_tls_dir: Path | None = None  # made here for a self-signed key: removed at stop
-        self._changed: dict[WorkloadKey, asyncio.Event] = {}
+        self._changed: dict[WorkloadKey, _Waiting] = {}  # only while a stream waits on the key
+        self.streams_open = 0
+        self._streams_by_namespace: dict[str, int] = {}  # only while a stream of it is open
+        self.grpc_certificates: tls.GrpcCertificates | None = None
         self._last_expire = 0.0
         # A newer aggregator's fields and metric names: ignored, counted once per name.
         self.reader = codec.Reader(WorkloadMetrics, on_unknown=ctx.metrics.unknown_field)
@@ -135,9 +183,9 @@ class KedaScalerService:
             self.m.ignored.labels(reason="out_of_order").inc()
             return
         self.m.workloads.set(len(self.store))
-        event = self._changed.pop(key, None)
-        if event is not None:
-            event.set()
+        waiting = self._changed.pop(key, None)
+        if waiting is not None:
+            waiting.event.set()
         if not 0.0 <= now - self._last_expire <= EXPIRE_EVERY_S:  # due, or this clock was set back
             self._last_expire = now
             self.store.expire(now)
@@ -153,19 +201,75 @@ class KedaScalerService:
 
     async def changed(self, key: WorkloadKey, timeout_s: float) -> None:
         """Wait until ``key`` gets a message, at most ``timeout_s``."""
-        event = self._changed.setdefault(key, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)
+        waiting = self._changed.get(key)
+        if waiting is None:
+            waiting = self._changed[key] = _Waiting()
+        waiting.count += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiting.event.wait(), timeout_s)
+        finally:
+            waiting.count -= 1
+            if waiting.count == 0 and self._changed.get(key) is waiting:
+                del self._changed[key]
+
+    def open_stream(self, namespace: str) -> None:
+        """Room for one more open stream of ``namespace``'s ScaledObjects, or StreamRefused;
+        each one opened is closed with :meth:`close_stream`."""
+        settings = self.settings
+        held = self._streams_by_namespace.get(namespace, 0)
+        if self.streams_open >= settings.max_streams:
+            raise StreamRefused(
+                f"the keda-scaler holds {self.streams_open} streams (at most {settings.max_streams})"
+            )
+        if held >= settings.max_streams_per_namespace:
+            raise StreamRefused(
+                f"namespace {namespace} holds {held} streams (at most {settings.max_streams_per_namespace})"
+            )
+        self.streams_open += 1
+        self._streams_by_namespace[namespace] = held + 1
+        self.m.streams.set(self.streams_open)
+
+    def close_stream(self, namespace: str) -> None:
+        self.streams_open -= 1
+        left = self._streams_by_namespace[namespace] - 1
+        if left:
+            self._streams_by_namespace[namespace] = left
+        else:
+            del self._streams_by_namespace[namespace]
+        self.m.streams.set(self.streams_open)
+
+    def streams_of(self, namespace: str) -> int:
+        return self._streams_by_namespace.get(namespace, 0)
+
+    @property
+    def waiting_keys(self) -> int:
+        """Workloads some open stream waits on (each forgotten with its last stream)."""
+        return len(self._changed)
+
+    def refused(self, api: str, method: str, outcome: str, who: str, detail: str) -> None:
+        """A request refused for what the caller sent: counted, and logged once a minute per outcome."""
+        self.m.requests.labels(api=api, method=method, outcome=outcome).inc()
+        held = self.throttle.allow("refused", api, outcome)
+        if held is not None:
+            self.log.warning(
+                "request_refused", api=api, method=method, outcome=outcome, caller=_cut(who, 200),
+                detail=_cut(detail), suppressed=held,
+            )  # fmt: skip
 
     def _unavailable(self, api: str, method: str, query: Any, e: Unavailable) -> None:
         self.m.requests.labels(api=api, method=method, outcome=e.reason).inc()
-        if self.once.first(api, str(query), e.reason):
-            self.log.info("metric_unavailable", api=api, query=str(query), reason=e.reason, detail=e.message)
+        held = self.throttle.allow("unavailable", api, e.reason)
+        if held is not None:
+            self.log.info(
+                "metric_unavailable", api=api, query=_cut(query, 400), reason=e.reason,
+                detail=_cut(e.message), suppressed=held,
+            )  # fmt: skip
 
     # --- HTTPS: the external metrics API ----------------------------------------------------------
 
     def api_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_HTTP_BODY, middlewares=[self._allowed_names])
         base = external_api.BASE_PATH
         routes: list[tuple[str, Callable[[web.Request], Any]]] = [
             ("/apis", lambda _r: external_api.api_group_list()),
@@ -178,6 +282,23 @@ class KedaScalerService:
             app.router.add_route("*", path, self._json_handler(handler))
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
+
+    @web.middleware
+    async def _allowed_names(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """requestheader-allowed-names: the handshake proved the CA; this, which of its certificates."""
+        allowed = self.settings.requestheader_allowed_names
+        if allowed and self.settings.client_ca_file is not None:
+            name = tls.peer_common_name(
+                request.transport.get_extra_info("peercert") if request.transport else None
+            )
+            if name not in allowed:
+                self.refused(
+                    "external_metrics", "any", "forbidden", str(name), "client certificate name not allowed"
+                )
+                message = f"client certificate {_cut(name, 80)!r} is not one of --requestheader-allowed-names"
+                return web.json_response(external_api.status(403, "Forbidden", message), status=403)
+        response: web.StreamResponse = await handler(request)
+        return response
 
     def _json_handler(self, handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
         async def respond(request: web.Request) -> web.Response:
@@ -195,7 +316,7 @@ class KedaScalerService:
         return respond
 
     async def _not_found(self, request: web.Request) -> web.Response:
-        message = f"the server could not find the requested resource {request.path!r}"
+        message = f"the server could not find the requested resource {_cut(request.path, 200)!r}"
         return web.json_response(external_api.status(404, "NotFound", message), status=404)
 
     def _external_value(self, request: web.Request) -> Any:
@@ -230,8 +351,10 @@ class KedaScalerService:
             cert, key = tls.write_self_signed(directory, "gpuscale-keda-scaler", tls.default_dns_names())
             self.log.info("self_signed_certificate", cert=str(cert))
         self.tls_cert_file = cert
-        context = tls.server_context(cert, key, settings.client_ca_file)
-        runner = web.AppRunner(self.api_app(), access_log=None, handle_signals=False)
+        context = tls.server_context(cert, key, None if settings.api_any_client else settings.client_ca_file)
+        runner = web.AppRunner(
+            self.api_app(), access_log=None, handle_signals=False, max_line_size=8190, max_headers=64
+        )
         await runner.setup()
         site = web.TCPSite(runner, "0.0.0.0", settings.api_port, ssl_context=context)  # noqa: S104 - the API server's aggregator calls from outside the pod
         await site.start()
@@ -242,14 +365,53 @@ class KedaScalerService:
     # --- gRPC: KEDA's external scaler -------------------------------------------------------------
 
     def scaler_query(self, ref: Any) -> ScalerQuery:
-        return parse_scaler_metadata(dict(ref.scalerMetadata), ref.namespace)
+        return parse_scaled_object_ref(ref.name, ref.namespace, ref.scalerMetadata)
 
     async def start_grpc(self) -> grpc.aio.Server:
-        server = grpc.aio.server()
+        settings = self.settings
+        in_flight = settings.max_streams + GRPC_UNARY_IN_FLIGHT
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE),
+                ("grpc.max_concurrent_streams", in_flight),  # KEDA sends every tenant's on one connection
+                ("grpc.http2.bdp_probe", 0),  # windows stay small: a refused request is not buffered whole
+            ],
+            maximum_concurrent_rpcs=in_flight,
+        )
         pb_grpc.add_ExternalScalerServicer_to_server(ExternalScaler(self), server)  # type: ignore[no-untyped-call]  # generated, untyped
-        self.grpc_port = server.add_insecure_port(f"0.0.0.0:{self.settings.grpc_port}")
+        address = f"0.0.0.0:{settings.grpc_port}"
+        if settings.grpc_plaintext:
+            self.grpc_port = server.add_insecure_port(address)
+        else:
+            files = (
+                settings.grpc_tls_cert_file,
+                settings.grpc_tls_private_key_file,
+                settings.grpc_client_ca_file,
+            )
+            cert, key, ca = (f for f in files if f is not None)
+            self.grpc_certificates = tls.GrpcCertificates(cert, key, ca)
+            self.grpc_port = server.add_secure_port(address, self.grpc_certificates.credentials())
         await server.start()
         return server
+
+    def _warn_unauthenticated(self) -> None:
+        settings = self.settings
+        self.m.unauthenticated.labels(api="grpc").set(1 if settings.grpc_plaintext else 0)
+        if settings.grpc_plaintext:
+            self.log.warning(
+                "grpc_unauthenticated",
+                detail="--grpc-plaintext: any pod that reaches the gRPC port reads any namespace's "
+                "metrics; give it --grpc-tls-cert-file, --grpc-tls-private-key-file, --grpc-client-ca-file",
+            )
+        if settings.external_metrics_api:
+            anyone = settings.api_any_client or settings.client_ca_file is None
+            self.m.unauthenticated.labels(api="external_metrics").set(1 if anyone else 0)
+            if anyone:
+                self.log.warning(
+                    "external_metrics_api_unauthenticated",
+                    detail="--api-any-client: any pod that reaches the HTTPS port reads any namespace's "
+                    "metrics; give it --client-ca-file (requestheader-client-ca-file)",
+                )
 
     # --- life cycle ---------------------------------------------------------------------------------
 
@@ -266,9 +428,15 @@ class KedaScalerService:
             "serving",
             lambda: (True, "serving") if self.serving else (False, "starting the gRPC and HTTPS servers"),
         )
+        problems = self.settings.unauthenticated_problems()
+        if problems:
+            raise ValueError("; ".join(f"{flag}: {message}" for flag, message in problems))
+        self._warn_unauthenticated()
         grpc_server = await self.start_grpc()
+        api_runner: web.AppRunner | None = None
         try:
-            api_runner = await self.start_api()
+            if self.settings.external_metrics_api:
+                api_runner = await self.start_api()
         except BaseException:
             await grpc_server.stop(0)
             self._remove_own_tls_dir()
@@ -277,9 +445,16 @@ class KedaScalerService:
         self.log.info(
             "keda_scaler_serving",
             grpc_port=self.grpc_port,
-            api_port=self.api_port,
+            grpc_client_certificates="not required" if self.settings.grpc_plaintext else "required",
+            api_port=self.api_port if api_runner is not None else None,
             max_metrics_age_s=self.settings.max_metrics_age,
-            client_certificates="required" if self.settings.client_ca_file else "not required",
+            api_client_certificates=(
+                "required"
+                if self.settings.client_ca_file and not self.settings.api_any_client
+                else "not required"
+            ),
+            max_streams=self.settings.max_streams,
+            max_streams_per_namespace=self.settings.max_streams_per_namespace,
         )
         try:
             try:
@@ -299,7 +474,8 @@ class KedaScalerService:
         finally:
             self.serving = False
             await grpc_server.stop(GRPC_GRACE_S)
-            await api_runner.cleanup()
+            if api_runner is not None:
+                await api_runner.cleanup()
             self._remove_own_tls_dir()
             await drain(self.nc)
             self.log.info("keda_scaler_stopped")
@@ -315,14 +491,20 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         try:
             return self.service.scaler_query(ref)
         except QueryError as e:
-            self.service.m.requests.labels(api="grpc", method=method, outcome="invalid").inc()
-            key = f"{ref.namespace}/{ref.name}"
-            if self.service.once.first("grpc_invalid", key, str(e)):
-                self.service.log.warning("scaler_metadata_invalid", scaled_object=key, problems=e.problems)
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"ScaledObject {key}: trigger metadata: {e}"
-            )
+            key = f"{_cut(ref.namespace, 80)}/{_cut(ref.name, 120)}"
+            self.service.refused("grpc", method, e.reason, key, str(e))
+            code = {
+                TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+                OTHER_NAMESPACE: grpc.StatusCode.PERMISSION_DENIED,
+            }.get(e.reason, grpc.StatusCode.INVALID_ARGUMENT)
+            await context.abort(code, f"ScaledObject {key}: trigger metadata: {_cut(e, 1000)}")
             raise  # abort raises; this line keeps the type checker sure nothing returns
+
+    async def _refuse_stream(
+        self, method: str, query: ScalerQuery, e: StreamRefused, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        self.service.refused("grpc", method, "too_many_streams", query.query.workload.namespace, str(e))
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no room for another stream: {e}")
 
     async def _unavailable(
         self, method: str, query: ScalerQuery, e: Unavailable, context: grpc.aio.ServicerContext[Any, Any]
@@ -348,8 +530,13 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         metrics are not fresh (KEDA's polling IsActive reports that as an error meanwhile)."""
         query = await self._query(request, "StreamIsActive", context)
         service = self.service
-        service.m.streams.inc()
         last: bool | None = None
+        namespace = query.query.workload.namespace
+        try:
+            service.open_stream(namespace)
+        except StreamRefused as e:
+            await self._refuse_stream("StreamIsActive", query, e, context)
+            raise
         try:
             while not service.ctx.stop.is_set():
                 try:
@@ -363,7 +550,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
                 last = active
                 await service.changed(query.query.workload, STREAM_RECHECK_S)
         finally:
-            service.m.streams.dec()
+            service.close_stream(namespace)
 
     @staticmethod
     def _metric_spec(query: ScalerQuery) -> Any:
@@ -385,13 +572,18 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         The stream then stays open until KEDA closes it or the service stops."""
         query = await self._query(request, "StreamMetricSpec", context)
         service = self.service
-        service.m.streams.inc()
+        namespace = query.query.workload.namespace
+        try:
+            service.open_stream(namespace)
+        except StreamRefused as e:
+            await self._refuse_stream("StreamMetricSpec", query, e, context)
+            raise
         try:
             service.m.requests.labels(api="grpc", method="StreamMetricSpec", outcome="ok").inc()
             yield self._metric_spec(query)
             await service.ctx.stop.wait()
         finally:
-            service.m.streams.dec()
+            service.close_stream(namespace)
 
     async def GetMetrics(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         query = await self._query(request.scaledObjectRef, "GetMetrics", context)
@@ -400,7 +592,8 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
             self.service.m.requests.labels(api="grpc", method="GetMetrics", outcome="invalid").inc()
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"metric {request.metricName!r} is not this trigger's: its metadata names {query.metric_name}",
+                f"metric {_cut(request.metricName, 100)!r} is not this trigger's: its metadata names "
+                f"{query.metric_name}",
             )
         try:
             reading = self.service.store.read(query.query, time.time())
@@ -424,4 +617,9 @@ async def serve(ctx: ServiceContext, on_service: Callable[[KedaScalerService], N
 
 
 def main(settings: KedaScalerSettings) -> int:
+    problems = settings.unauthenticated_problems()
+    if problems:  # as a bad option: one line each, exit 2, before anything listens
+        for flag, message in problems:
+            print(f"gpuscale keda-scaler: invalid option {flag}: {message}", file=sys.stderr)
+        return 2
     return run(SERVICE, settings, serve)

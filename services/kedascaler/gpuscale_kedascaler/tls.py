@@ -1,10 +1,14 @@
-"""The external metrics API's TLS: the mounted certificate, or a self-signed one.
+"""TLS of both ports: who may call, and the certificates shown.
 
-As metrics-server and prometheus-adapter do without a mounted certificate,
-the keda-scaler then makes a self-signed one at start (the APIService then
-needs ``insecureSkipTLSVerify: true``, or mount a certificate and give the
-APIService its ``caBundle``). With ``--client-ca-file`` only clients holding
-a certificate of that CA (the API server's front proxy) are let in.
+The external metrics API: the mounted certificate, or (as metrics-server and
+prometheus-adapter do without one) a self-signed one made at start (the
+APIService then needs ``insecureSkipTLSVerify: true``, or mount a certificate
+and give the APIService its ``caBundle``). With ``--client-ca-file`` only
+clients holding a certificate of that CA (the API server's front proxy) get
+through the handshake.
+
+The gRPC port: mutual TLS, its certificate, key and client CA re-read when the
+mounted files change (:class:`GrpcCertificates`).
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ import datetime as dt
 import ipaddress
 import socket
 import ssl
+import time
 from pathlib import Path
 
+import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -66,3 +72,67 @@ def server_context(cert_file: Path, key_file: Path, client_ca_file: Path | None)
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(cafile=str(client_ca_file))
     return context
+
+
+def peer_common_name(peercert: object) -> str | None:
+    """The subject common name of a verified peer certificate (``ssl``'s dict form), if any."""
+    if not isinstance(peercert, dict):
+        return None
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+class GrpcCertificates:
+    """The gRPC port's certificate, its key and the client CA, re-read when a file changes.
+
+    cert-manager renews a certificate by swapping the mounted Secret's files: new
+    handshakes then get the new one without a restart. Checked at most every
+    ``check_every_s`` (gRPC asks on every handshake); a half-written or unreadable set
+    keeps the one in use.
+    """
+
+    def __init__(
+        self, cert_file: Path, key_file: Path, client_ca_file: Path, check_every_s: float = 30.0
+    ) -> None:
+        self.files = (cert_file, key_file, client_ca_file)
+        self.check_every_s = check_every_s
+        self.loads = 0
+        self._stamp = self._stamps()
+        self._checked = time.monotonic()
+        self.initial = self._configuration()
+
+    def _stamps(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((s.st_ino, s.st_size, s.st_mtime_ns) for s in (f.stat() for f in self.files))
+
+    def _configuration(self) -> grpc.ServerCertificateConfiguration:
+        cert, key, ca = (f.read_bytes() for f in self.files)
+        public = x509.load_pem_x509_certificate(cert).public_key()
+        if public != serialization.load_pem_private_key(key, password=None).public_key():
+            raise ValueError("the certificate and the key do not match (caught mid-swap)")
+        x509.load_pem_x509_certificates(ca)  # a CA file that does not parse is not taken either
+        self.loads += 1
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+
+    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """gRPC's fetcher: a new configuration when the files changed, else None (keep)."""
+        now = time.monotonic()
+        if 0.0 <= now - self._checked < self.check_every_s:
+            return None
+        self._checked = now
+        try:
+            stamp = self._stamps()
+            if stamp == self._stamp:
+                return None
+            configuration = self._configuration()
+        except (OSError, ValueError):
+            return None  # mid-swap or unreadable: keep serving the one in use
+        self._stamp = stamp
+        return configuration
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.dynamic_ssl_server_credentials(
+            self.initial, self.fetch, require_client_authentication=True
+        )

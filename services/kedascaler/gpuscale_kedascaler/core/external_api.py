@@ -18,9 +18,10 @@ import datetime as dt
 from typing import Any, Final
 
 from gpuscale.labels import SelectorError, parse_selector
+from gpuscale.names import is_dns1123_label
 
 from .latest import NO_METRICS, Reading, Unavailable
-from .query import QueryError, WorkloadQuery, all_external_metric_names, parse_external_metric
+from .query import QueryError, WorkloadQuery, all_external_metric_names, parse_external_metric, shown
 
 GROUP: Final = "external.metrics.k8s.io"
 VERSION: Final = "v1beta1"
@@ -82,30 +83,35 @@ class ApiError(Exception):
 
 
 def parse_request(namespace: str, metric_name: str, label_selector: str | None) -> WorkloadQuery:
-    """A value request as a query, or ApiError 400/404 with every problem in its message."""
+    """A value request as a query, or ApiError 400/404 with every problem in its message.
+    Caller text is quoted cut short (:func:`~.query.shown`)."""
+    if not is_dns1123_label(namespace):
+        raise ApiError(400, "BadRequest", f"namespace {shown(namespace)} is not a Kubernetes namespace")
     if not label_selector or not label_selector.strip():
         raise ApiError(
             400,
             "BadRequest",
-            f"{metric_name}: a labelSelector naming the workload is required: "
+            f"{shown(metric_name)}: a labelSelector naming the workload is required: "
             "workload=<name>[,kind=Deployment|StatefulSet] (the HPA's metric.selector.matchLabels)",
         )
     try:
         selector = parse_selector(label_selector)
     except SelectorError as e:
-        raise ApiError(400, "BadRequest", f"labelSelector {label_selector!r}: {e}") from None
+        raise ApiError(400, "BadRequest", f"labelSelector {shown(label_selector)}: {str(e)[:200]}") from None
     labels: dict[str, str] = {}
     for requirement in selector.requirements:
         if requirement.op != "=" or len(requirement.values) != 1:
             raise ApiError(
                 400,
                 "BadRequest",
-                f"labelSelector {label_selector!r}: only key=value terms name a workload "
+                f"labelSelector {shown(label_selector)}: only key=value terms name a workload "
                 "(workload=<name>, kind=<Kind>)",
             )
         if requirement.key in labels:
             raise ApiError(
-                400, "BadRequest", f"labelSelector {label_selector!r} names {requirement.key} twice"
+                400,
+                "BadRequest",
+                f"labelSelector {shown(label_selector)} names {requirement.key[:80]} twice",
             )
         labels[requirement.key] = next(iter(requirement.values))
     try:
