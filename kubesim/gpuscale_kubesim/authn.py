@@ -17,8 +17,9 @@ pkg/registry/authentication/tokenreview, pkg/serviceaccount/claims.go):
   ``authentication.kubernetes.io/{credential-id,pod-name,pod-uid,node-name,node-uid}``
   extras.
 
-kube-sim signs with HMAC-SHA256 and a key of its own (a real API server
-signs with its service-account key pair); nobody but kube-sim verifies them.
+kube-sim signs with ES256 (ECDSA P-256), as an API server whose service-account
+key is an EC key does, with a key derived from its own secret; nobody but
+kube-sim verifies them.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import functools
 import hashlib
-import hmac
 import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Final
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
 from gpuscale_kubesim import fielderrors as fe
 from gpuscale_kubesim import typed
@@ -56,6 +62,7 @@ POD_UID_KEY: Final = "authentication.kubernetes.io/pod-uid"
 NODE_NAME_KEY: Final = "authentication.kubernetes.io/node-name"
 NODE_UID_KEY: Final = "authentication.kubernetes.io/node-uid"
 INVALID: Final = "invalid bearer token"
+_P256_ORDER: Final = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 # For decoding and error messages only: neither kind is stored.
 TOKEN_REQUEST: Final = ResourceDef(GROUP, "v1", "tokenrequests", "tokenrequest", "TokenRequest")
@@ -78,23 +85,39 @@ class TokenSigner:
 
     key: bytes
 
+    @functools.cached_property
+    def _private(self) -> ec.EllipticCurvePrivateKey:
+        scalar = int.from_bytes(hashlib.sha256(self.key).digest(), "big") % _P256_ORDER or 1
+        return ec.derive_private_key(scalar, ec.SECP256R1())
+
+    @functools.cached_property
+    def kid(self) -> str:
+        """The key id in every token's header, as kube-apiserver names its signing key."""
+        x = self._private.public_key().public_numbers().x
+        return hashlib.sha256(x.to_bytes(32, "big")).hexdigest()[:43]
+
     def sign(self, claims: Obj) -> str:
-        header = _b64(json.dumps({"alg": "HS256", "kid": "kube-sim"}, separators=(",", ":")).encode())
+        header = _b64(json.dumps({"alg": "ES256", "kid": self.kid}, separators=(",", ":")).encode())
         body = _b64(json.dumps(claims, separators=(",", ":")).encode())
-        mac = hmac.new(self.key, f"{header}.{body}".encode("ascii"), hashlib.sha256).digest()
-        return f"{header}.{body}.{_b64(mac)}"
+        der = self._private.sign(f"{header}.{body}".encode("ascii"), ec.ECDSA(hashes.SHA256()))
+        r, s = decode_dss_signature(der)
+        return f"{header}.{body}.{_b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
 
     def verify(self, token: str) -> Obj | None:
         """The claims of a token this signer made, else None."""
         parts = token.split(".")
         if len(parts) != 3:
             return None
-        expected = hmac.new(self.key, f"{parts[0]}.{parts[1]}".encode("ascii", "replace"), hashlib.sha256)
         try:
-            if not hmac.compare_digest(expected.digest(), _unb64(parts[2])):
+            raw = _unb64(parts[2])
+            if len(raw) != 64:
                 return None
+            der = encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+            self._private.public_key().verify(
+                der, f"{parts[0]}.{parts[1]}".encode("ascii", "replace"), ec.ECDSA(hashes.SHA256())
+            )
             claims = json.loads(_unb64(parts[1]))
-        except (binascii.Error, ValueError, UnicodeDecodeError):
+        except (binascii.Error, ValueError, UnicodeDecodeError, InvalidSignature):
             return None
         return claims if isinstance(claims, dict) else None
 

@@ -13,7 +13,8 @@ import contextlib
 import ssl
 import weakref
 from collections.abc import Callable, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from typing import Final
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
@@ -31,7 +32,7 @@ from nats.js.kv import KeyValue
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import get_logger
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.subjects import KvSpec, StreamSpec
+from gpuscale.subjects import KvSpec, StreamSpec, SubjectError, escape_token
 
 __all__ = [
     "NATS",
@@ -44,13 +45,39 @@ __all__ = [
     "drain",
     "ensure_kv",
     "ensure_stream",
+    "inbox_prefix",
     "is_connected",
+    "login_user",
     "user_expired",
 ]
 
 
 # Connections we are closing on purpose (drain): their close is no loss.
 _closing: weakref.WeakSet[NATS] = weakref.WeakSet()
+
+# Replies (JetStream API answers, acks, pull and push deliveries) land under
+# _INBOX.<role>: deploy/'s permissions let each role subscribe to its own only.
+INBOX_ROOT: Final = "_INBOX"
+
+
+def login_user(servers: Sequence[str]) -> str | None:
+    """The NATS user the URLs log in as (the first one named), or None (token, creds, no auth)."""
+    for server in servers:
+        try:
+            username = urlsplit(server).username
+        except ValueError:
+            continue
+        if username:
+            return unquote(username)
+    return None
+
+
+def inbox_prefix(role: str) -> str:
+    """The reply subjects' prefix of a login as ``role``: ``_INBOX.<role>`` (one escaped token)."""
+    try:
+        return f"{INBOX_ROOT}.{escape_token(role)}"
+    except SubjectError:  # an empty role: still a prefix of its own, never the bare _INBOX
+        return f"{INBOX_ROOT}.anonymous"
 
 
 def redact(url: str) -> str:
@@ -88,9 +115,14 @@ async def connect(
     reconnect_wait_s: float = 1.0,
     stop: asyncio.Event | None = None,
     on_closed: Callable[[], None] | None = None,
+    inbox_role: str | None = None,
 ) -> NATS:
     """Connect, retrying forever (with backoff) until the server answers or
     ``stop`` is set. Disconnects after that are nats-py's to heal; we log them.
+
+    Replies come in under :func:`inbox_prefix` of ``inbox_role``, by default
+    the NATS user the URL names (what deploy/'s permissions are keyed on),
+    else the service's name: no other role may read or write them.
 
     A connection the server *closes* (it answers some protocol errors, such
     as an over-long subject, with -ERR and a close, and nats-py does not
@@ -100,7 +132,8 @@ async def connect(
     the caller may rather log in again. ``token`` is called for the auth
     token at every (re)connect, so a rotated token file is read anew.
     Credentials in the URLs and the token never reach the logs."""
-    log = get_logger(component="nats", servers=[redact(s) for s in servers])
+    inbox = inbox_prefix(inbox_role or login_user(servers) or metrics.service)
+    log = get_logger(component="nats", servers=[redact(s) for s in servers], inbox=inbox)
     nc = NATS()
     state = {"was_connected": False}
     errors_seen: set[str] = set()  # logged once each until the next (re)connect
@@ -170,6 +203,7 @@ async def connect(
                 error_cb=error_cb,
                 closed_cb=closed_cb,
                 pending_size=64 * 1024 * 1024,
+                inbox_prefix=inbox,
             )
             break
         except Exception as e:

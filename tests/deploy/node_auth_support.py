@@ -18,6 +18,7 @@ import nats
 from nats.aio.client import Client
 
 from gpuscale.embedded_nats import EmbeddedNats
+from gpuscale.natsio import inbox_prefix
 from gpuscale.runtime import ServiceContext, run_async
 from gpuscale_kubesim import KubeSim
 from gpuscale_natsauth.app import serve
@@ -137,6 +138,7 @@ class NodeAuthWorld:
         url = self.role_url(role) if role else self.url
         nc = await nats.connect(
             url,
+            inbox_prefix=inbox_prefix(role) if role else "_INBOX",  # as gpuscale.natsio.connect does
             token=token,
             error_cb=on_error,
             allow_reconnect=False,

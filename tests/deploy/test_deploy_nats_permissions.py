@@ -36,12 +36,13 @@ from gpuscale.natsio import (
     declare_kv,
     declare_stream,
     headers_msg_id,
+    inbox_prefix,
     stream_config,
 )
 from gpuscale_actuator import app as actuator_app
 from gpuscale_cli import setup as setup_app
 
-from ..waiting import eventually
+from ..waiting import eventually, holds_for
 from .deploy_support import NATS_AUTH_CONF, NATS_MAIN_CONF, command_options, nats_roles
 
 pytestmark = pytest.mark.integration
@@ -106,16 +107,22 @@ Login = Callable[..., Awaitable[Session]]
 async def login(secured_nats: EmbeddedNats) -> AsyncIterator[Login]:
     sessions: list[Session] = []
 
-    async def connect(role: str, password: str | None = None) -> Session:
+    async def connect(role: str, password: str | None = None, inbox: str | None = None) -> Session:
         errors: list[str] = []
 
         async def on_error(e: Exception) -> None:
             errors.append(str(e))
 
-        # The manifests hand the credentials over inside GPUSCALE_NATS_URL.
+        # The manifests hand the credentials over inside GPUSCALE_NATS_URL; replies come in
+        # under the role's own inbox, as gpuscale.natsio.connect sets it.
         url = f"nats://{role}:{password or PASSWORDS[role]}@127.0.0.1:{secured_nats.port}"
         nc = await nats.connect(
-            url, name=role, error_cb=on_error, allow_reconnect=False, max_reconnect_attempts=0
+            url,
+            name=role,
+            error_cb=on_error,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+            inbox_prefix=inbox or inbox_prefix(role),
         )
         session = Session(nc, errors)
         sessions.append(session)
@@ -361,3 +368,79 @@ async def test_the_actuator_cannot_touch_the_samples_stream(login: Login) -> Non
     await actuator.nc.publish(f"$JS.API.CONSUMER.CREATE.{subjects.SAMPLES_STREAM}", b"{}")
     await actuator.nc.flush()
     assert len(await actuator.permission_errors(2)) == 2
+
+
+# --- replies: each role's inbox is its own (issue 32) -------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ROLES)
+async def test_no_role_may_read_another_roles_replies(login: Login, role: str) -> None:
+    session: Session = await login(role)
+    others = [other for other in ROLES if other != role]
+    for other in others:
+        await session.nc.subscribe(f"{inbox_prefix(other)}.>")
+    await session.nc.subscribe("_INBOX.>")
+    await session.nc.flush()
+    denied = await session.permission_errors(len(others) + 1)
+    assert len(denied) == len(others) + 1
+    # ... and its own inbox is where its JetStream API answers arrive.
+    await session.nc.subscribe(f"{inbox_prefix(role)}.>")
+    await session.nc.flush()
+    assert len(await session.permission_errors(len(others) + 1)) == len(others) + 1
+
+
+async def test_the_collector_cannot_read_the_decisions_the_actuator_fetches(login: Login) -> None:
+    """Finding: every login could subscribe to _INBOX.>, where the actuator's pull consumer
+    delivers, and so read every tenant's decisions as they were fetched."""
+    await setup_as_deployed(login)
+    collector: Session = await login("collector")
+    overheard: list[bytes] = []
+
+    async def on_reply(msg: Msg) -> None:
+        overheard.append(msg.data)
+
+    await collector.nc.subscribe("_INBOX.>", cb=on_reply)
+    await collector.nc.subscribe(f"{inbox_prefix('actuator')}.>", cb=on_reply)
+    await collector.nc.flush()
+    assert len(await collector.permission_errors(2)) == 2
+
+    decider: Session = await login("decider")
+    await decider.nc.jetstream(timeout=5).publish(
+        FAMILY_SUBJECTS["decisions"], b"tenant-a-decision", headers=headers_msg_id("tenant-a-1")
+    )
+    actuator: Session = await login("actuator")
+    pull = await actuator.nc.jetstream(timeout=5).pull_subscribe(
+        subjects.DECISIONS_ALL,
+        durable=actuator_app.DURABLE,
+        stream=subjects.DECISIONS_STREAM,
+        config=actuator_app.consumer_config(
+            actuator_app.ActuatorSettings(nats_url=("nats://unused",), ack_wait=30.0)
+        ),
+    )
+    fetched = [m.data for m in await pull.fetch(10, timeout=5)]
+    assert b"tenant-a-decision" in fetched
+    await collector.nc.flush()  # anything routed to the collector is in before its PONG
+    assert overheard == []
+
+
+async def test_no_role_may_publish_into_the_actuators_inbox(login: Login) -> None:
+    actuator: Session = await login("actuator")
+    arrived: list[bytes] = []
+
+    async def on_msg(msg: Msg) -> None:
+        arrived.append(msg.data)
+
+    inbox = f"{inbox_prefix('actuator')}.pull"
+    await actuator.nc.subscribe(inbox, cb=on_msg)
+    await actuator.nc.flush()
+    for role in ROLES:
+        if role == "actuator":
+            continue
+        session: Session = await login(role)
+        await session.nc.publish(inbox, b"junk")
+        await session.nc.flush()
+        (denied,) = await session.permission_errors(1)
+        assert inbox.lower() in denied, role
+    await actuator.nc.flush()
+    # The server refused every publish before the errors above came back: nothing is on its way.
+    await holds_for(lambda: arrived == [], 0.2, "nothing arrived in the actuator's inbox")

@@ -113,6 +113,23 @@ async def test_a_collector_cannot_read_the_pipeline(world: NodeAuthWorld, auth: 
     assert all("subscription" in v for v in collector.violations())
 
 
+async def test_a_node_user_reads_no_inbox_not_even_its_own(
+    world: NodeAuthWorld, auth: RunningNatsAuth
+) -> None:
+    """Issue 32: a node's user could subscribe to _INBOX.> and read every login's replies
+    (the actuator's decisions as it fetched them). A collector only publishes: it may
+    subscribe to nothing."""
+    collector = await world.login(token=world.token("collector-a"))
+    for inbox in ("_INBOX.>", "_INBOX.actuator.>", "_INBOX.collector.>", ">"):
+        await collector.nc.subscribe(inbox)
+    await collector.nc.flush()
+    await eventually(lambda: len(collector.violations()) >= 4, what="four subscription violations")
+    assert all("subscription" in v for v in collector.violations())
+    await collector.nc.publish(subjects.samples(NODE_A), b"still-publishes")
+    await collector.nc.flush()
+    assert len(collector.violations()) == 4
+
+
 async def test_each_node_gets_its_own_user(world: NodeAuthWorld, auth: RunningNatsAuth) -> None:
     observer, seen = await observe(world)
     a = await world.login(token=world.token("collector-a"))
@@ -155,7 +172,7 @@ async def test_tokens_that_are_not_a_live_collector_pods_are_refused_at_connect(
     gone = world.token("collector-gone")
     world.sim.store.delete(world.sim.resource("v1", "Pod"), "gpuscale", "collector-gone", grace_period_s=0)
     cases = {
-        "garbage": ("not-a-token", "token_rejected"),
+        "garbage": ("not-a-token", "token_malformed"),
         "expired": (
             world.token("collector-a", expiration_s=600, issued_at=time.time() - 3600),
             "token_expired",

@@ -106,10 +106,11 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-def jwt_shaped(claims: dict[str, Any]) -> str:
+def jwt_shaped(claims: dict[str, Any], header: dict[str, Any] | None = None) -> str:
     """A token shaped like the API server's (only its claims are read, never its signature)."""
 
     def part(value: dict[str, Any]) -> str:
         return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
 
-    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2ln"
+    head = {k: v for k, v in (header or {"alg": "RS256"}).items() if v is not None}
+    return f"{part(head)}.{part(claims)}.c2ln"

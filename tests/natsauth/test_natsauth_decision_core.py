@@ -9,6 +9,7 @@ pod-name``/``pod-uid`` extras, and ``node-name`` from Kubernetes 1.30.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -137,12 +138,12 @@ def test_a_pod_that_cannot_vouch_for_a_node_is_refused(found: dict[str, Any] | N
 # --- the grant -----------------------------------------------------------------------------------
 
 
-def test_the_grant_publishes_only_that_nodes_samples() -> None:
+def test_the_grant_publishes_only_that_nodes_samples_and_reads_no_inbox() -> None:
     grant = decide.grant("gpu-node-1", "p", NOW + 1800, NOW, POLICY)
     assert grant == Grant(
         node="gpu-node-1",
         name="collector:gpu-node-1/p",
-        permissions=decide.Permissions(publish=("gpuscale.v1.samples.gpu-node-1",), subscribe=("_INBOX.>",)),
+        permissions=decide.Permissions(publish=("gpuscale.v1.samples.gpu-node-1",), subscribe=()),
         expires=NOW + 1800,
     )
 
@@ -219,3 +220,77 @@ def test_a_policy_that_cannot_work_is_explained() -> None:
     assert decide.policy_problems(POLICY) == []
     bad = Policy(namespace="Gpu Scale", service_account="", audience=AUDIENCE, account=ACCOUNT, max_ttl_s=1)
     assert len(decide.policy_problems(bad)) == 3
+
+
+# --- the shape of a token, before any review -------------------------------------------------------
+
+
+def sa_claims(**overrides: Any) -> dict[str, Any]:
+    """The claims of a collector pod's projected token, as kube-apiserver writes them."""
+    claims: dict[str, Any] = {
+        "aud": [AUDIENCE],
+        "exp": NOW + 3600,
+        "iat": NOW,
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "sub": f"system:serviceaccount:{NS}:{SA}",
+        "kubernetes.io": {"namespace": NS, "pod": {"name": "p", "uid": "u"}},
+    }
+    claims.update(overrides)
+    return {k: v for k, v in claims.items() if v is not None}
+
+
+def sa_token(claims: dict[str, Any] | None = None, **header: Any) -> str:
+    return jwt_shaped(
+        sa_claims() if claims is None else claims, header={"alg": "RS256", "kid": "k1", **header}
+    )
+
+
+def test_a_collector_pods_token_passes_the_shape_check() -> None:
+    assert decide.check_shape(sa_token(), POLICY, NOW) is None
+    assert decide.check_shape(sa_token(alg="ES256"), POLICY, NOW) is None
+    assert decide.check_shape(sa_token(sa_claims(aud=AUDIENCE)), POLICY, NOW) is None
+
+
+UNREVIEWABLE = {
+    "no-dots": ("not-a-token", decide.TOKEN_MALFORMED),
+    "two-parts": ("a.b", decide.TOKEN_MALFORMED),
+    "four-parts": ("a.b.c.d", decide.TOKEN_MALFORMED),
+    "a-space": ("a b.c.d", decide.TOKEN_MALFORMED),
+    "padding": ("e30.e30.=", decide.TOKEN_MALFORMED),
+    "too-long": ("x" * 9000 + ".e30.c2ln", decide.TOKEN_MALFORMED),
+    "header-not-object": ("W10.e30.c2ln", decide.TOKEN_MALFORMED),
+    "alg-none": (sa_token(alg="none"), decide.TOKEN_MALFORMED),
+    "alg-hmac": (sa_token(alg="HS256"), decide.TOKEN_MALFORMED),
+    "empty-kid": (sa_token(kid=""), decide.TOKEN_MALFORMED),
+    "no-kid": (sa_token(kid=None), decide.TOKEN_MALFORMED),
+    "no-exp": (sa_token(sa_claims(exp=None)), decide.TOKEN_MALFORMED),
+    "exp-text": (sa_token(sa_claims(exp="soon")), decide.TOKEN_MALFORMED),
+    "no-sub": (sa_token(sa_claims(sub=None)), decide.TOKEN_MALFORMED),
+    "expired": (sa_token(sa_claims(exp=NOW)), decide.TOKEN_EXPIRED),
+    "not-a-service-account": (sa_token(sa_claims(sub="alice")), decide.NOT_A_SERVICE_ACCOUNT),
+    "another-service-account": (
+        sa_token(sa_claims(sub=f"system:serviceaccount:{NS}:default")),
+        decide.WRONG_SERVICE_ACCOUNT,
+    ),
+    "the-api-servers-audience": (
+        sa_token(sa_claims(aud=["https://kubernetes.default.svc"])),
+        decide.WRONG_AUDIENCE,
+    ),
+    "no-audience": (sa_token(sa_claims(aud=None)), decide.WRONG_AUDIENCE),
+}
+
+
+@pytest.mark.parametrize(("token", "reason"), list(UNREVIEWABLE.values()), ids=list(UNREVIEWABLE))
+def test_what_no_review_could_accept_is_refused_without_one(token: str, reason: str) -> None:
+    assert refused_for(decide.check_shape(token, POLICY, NOW)) == reason
+
+
+def test_a_deeply_nested_header_is_refused_not_a_crash() -> None:
+    nested = base64.urlsafe_b64encode(b"[" * 6000).rstrip(b"=").decode()
+    assert refused_for(decide.check_shape(f"{nested}.e30.c2ln", POLICY, NOW)) == decide.TOKEN_MALFORMED
+
+
+@given(st.text(max_size=300))
+def test_the_shape_check_never_raises(token: str) -> None:
+    outcome = decide.check_shape(token, POLICY, NOW)
+    assert outcome is None or outcome.reason in decide.REASONS

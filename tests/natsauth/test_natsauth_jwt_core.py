@@ -205,6 +205,19 @@ def test_a_user_jwt_places_the_user_in_the_account_with_only_its_permissions() -
     assert (nats["subs"], nats["data"], nats["payload"]) == (-1, -1, -1)
 
 
+def test_a_user_allowed_nothing_is_denied_everything_not_left_unrestricted() -> None:
+    """To nats-server an empty allow list is no restriction at all."""
+    claims = user_claims(
+        user_nkey=user_key(),
+        account="GPUSCALE",
+        name="collector:gpu-node-1/p",
+        permissions=Permissions(("gpuscale.v1.samples.gpu-node-1",), ()),
+        expires=NOW + 600,
+    )
+    assert claims["nats"]["sub"] == {"deny": [">"]}
+    assert claims["nats"]["pub"] == {"allow": ["gpuscale.v1.samples.gpu-node-1"]}
+
+
 def test_a_response_carries_the_user_jwt_or_an_error_for_that_user_and_server() -> None:
     server, issuer = server_signer(), signer()
     request = parse_authorization_request(

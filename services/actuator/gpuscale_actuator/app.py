@@ -80,6 +80,7 @@ from gpuscale.natsio import NATS, connect, declare_kv, declare_stream, drain, is
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision, Outcome, ScaleTargetRef, WireError
 from gpuscale_actuator.core.admit import Refusal, admit
+from gpuscale_actuator.core.delivery import not_a_delivery
 from gpuscale_actuator.core.plan import (
     LAST_DECISION_ANNOTATION,
     Step,
@@ -496,7 +497,8 @@ class Actuator:
                 continue
             self.once.forget("fetch", "TimeoutError")
             for msg in msgs:
-                self._dispatch(msg)
+                if self._is_delivery(msg):
+                    self._dispatch(msg)
         await self._drain_workers()
         if sub is not None:
             with contextlib.suppress(Exception):
@@ -511,6 +513,24 @@ class Actuator:
         )
         self.log.info("consumer_bound", durable=DURABLE, stream=subjects.DECISIONS_STREAM)
         return sub
+
+    def _is_delivery(self, msg: Any) -> bool:
+        """Anything in the fetch that JetStream did not deliver is dropped: counted, logged
+        once a minute per reason, never acked (there is nothing to ack) and never a task."""
+        reason = not_a_delivery(str(msg.subject), str(msg.reply or ""))
+        if reason is None:
+            return True
+        self.base_metrics.messages_rejected.labels(kind=Decision.KIND, reason=reason).inc()
+        held = self.throttle.allow("fetched", reason)
+        if held is not None:
+            self.log.warning(
+                "fetched_message_ignored",
+                reason=reason,
+                subject=str(msg.subject)[:200],
+                suppressed=held,
+                detail="not a delivery of the decisions consumer; see gpuscale_messages_rejected_total",
+            )
+        return False
 
     def _dispatch(self, msg: Any) -> None:
         """Queue ``msg`` behind the decisions for the same target (its subject)."""

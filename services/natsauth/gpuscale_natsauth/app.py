@@ -4,10 +4,11 @@ nats-server (``authorization { auth_callout { ... } }``) sends every
 connection that is not one of its ``auth_users`` to ``$SYS.REQ.USER.AUTH``
 as a signed ``authorization_request``. Per request, at most
 ``--max-concurrent`` at a time and each within the server's own deadline:
-verify it, review the client's token with the API server (and read its pod
-where the token names no node; refusals of a token are remembered a while and
-a failing API server is asked again only after a pause: core/restraint.py),
-decide (the pure core), and answer with an
+verify it, refuse a token not shaped like a collector's ServiceAccount token
+at once, review the others with the API server (and read its pod where the
+token names no node) at no more than ``--review-rate`` a second, remembering
+each review's outcome a while and asking a failing API server again only
+after a pause (core/restraint.py), decide (the pure core), and answer with an
 ``authorization_response`` signed by the issuer account: a user JWT that
 may publish only that node's samples, or the reason for the refusal.
 Replicas share the requests (a queue group).
@@ -33,7 +34,7 @@ from gpuscale.natsio import NATS, connect, drain, is_connected
 from gpuscale.runtime import ServiceContext, run
 
 from .core import decide
-from .core.decide import Grant, Policy, Refusal, Review
+from .core.decide import Grant, Identity, Policy, Refusal, Review
 from .core.natsjwt import (
     AuthRequest,
     JwtError,
@@ -43,7 +44,7 @@ from .core.natsjwt import (
     response_claims,
     user_claims,
 )
-from .core.restraint import ApiBackoff, RefusalMemory, token_key
+from .core.restraint import Admitted, ApiBackoff, ReviewMemory, TokenBucket, token_key
 from .settings import NatsAuthSettings
 
 SERVICE: Final = "nats-auth"
@@ -79,6 +80,19 @@ class NatsAuthMetrics:
         self.in_flight = Gauge(
             "gpuscale_nats_auth_in_flight", "Requests being checked now", registry=registry
         )
+        self.reviews = Counter(
+            "gpuscale_nats_auth_token_reviews_total",
+            "TokenReviews asked of the Kubernetes API (at most --review-rate a second)",
+            registry=registry,
+        )
+        self.remembered = Counter(
+            "gpuscale_nats_auth_remembered_total",
+            "Logins answered from a remembered review, by outcome",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("granted", "refused"):
+            self.remembered.labels(outcome=outcome)
         for reason in decide.REASONS:  # every series exists from the start, at 0
             self.refused.labels(reason=reason)
 
@@ -124,7 +138,8 @@ class Authorizer:
         self.subscribed = False
         self.log = get_logger(service=SERVICE)
         self._slots = asyncio.Semaphore(s.max_concurrent)
-        self.refusals = RefusalMemory()
+        self.memory = ReviewMemory(refusal_ttl_s=s.remember_refusals, grant_ttl_s=s.remember_grants)
+        self.bucket = TokenBucket(s.review_rate, s.review_burst)
         self.backoff = ApiBackoff()
         self._tasks: set[asyncio.Task[None]] = set()
         self._once = OncePerKey()
@@ -140,8 +155,7 @@ class Authorizer:
         started = time.monotonic()
         self.metrics.in_flight.inc()
         try:
-            async with self._slots:
-                payload = await self.authorize(msg.data, int(time.time()))
+            payload = await self.authorize(msg.data, int(time.time()))
             if msg.reply:
                 with contextlib.suppress(Exception):  # the server gave up on it (timeout): nothing to do
                     await msg.respond(payload)
@@ -194,50 +208,69 @@ class Authorizer:
 
     async def _decide(self, request: AuthRequest, now: int) -> Grant | Refusal:
         token = request.auth_token
-        missing = decide.check_token(token)
-        if missing is not None:
-            return missing
-        key = token_key(token)
-        remembered = self.refusals.recall(key, time.monotonic())
+        # Free checks first: a made-up token costs no review and no room in the memory.
+        early = decide.check_token(token) or decide.check_shape(token, self.policy, now)
+        if early is not None:
+            return early
+        key, expiry = token_key(token), decide.token_expiry(token)
+        remembered = self.memory.recall(key, time.monotonic())
         if remembered is not None:
+            self.metrics.remembered.labels(
+                outcome="refused" if isinstance(remembered, Refusal) else "granted"
+            ).inc()
+        if remembered is None:
+            closed_for = self.backoff.closed_for(time.monotonic())
+            if closed_for > 0:
+                return Refusal(
+                    decide.REVIEW_FAILED,
+                    f"the API server failed a review: asking it again in {closed_for:.1f} s",
+                )
+            if not self.bucket.take(time.monotonic()):
+                return Refusal(
+                    decide.RATE_LIMITED,
+                    f"more logins to review than --review-rate {self.bucket.rate_per_s:g}/s; "
+                    f"next review in {self.bucket.next_in():.1f} s",
+                )
+            remembered = await self._review(request, token, now)
+            valid_for_s = float(expiry - now) if expiry is not None else 0.0
+            self.memory.remember(key, remembered, time.monotonic(), valid_for_s=valid_for_s)
+        if isinstance(remembered, Refusal):
             return remembered
-        outcome = await self._review(request, token, now)
-        if isinstance(outcome, Refusal):
-            self.refusals.remember(key, outcome, time.monotonic())
-        return outcome
+        return decide.grant(remembered.node, remembered.pod, expiry, now, self.policy)
 
-    async def _review(self, request: AuthRequest, token: str, now: int) -> Grant | Refusal:
-        closed_for = self.backoff.closed_for(time.monotonic())
-        if closed_for > 0:
-            return Refusal(
-                decide.REVIEW_FAILED, f"the API server failed a review: asking it again in {closed_for:.1f} s"
-            )
+    async def _review(self, request: AuthRequest, token: str, now: int) -> Admitted | Refusal:
         timeout_s = self._timeout(request, now)
-        try:
-            answer = await request_json(
-                self.api,
-                "POST",
-                TOKEN_REVIEWS_PATH,
-                decide.token_review(token, self.policy),
-                timeout_s=timeout_s,
-            )
-        except KubeError as e:
-            self.backoff.failed(time.monotonic())
-            return Refusal(decide.REVIEW_FAILED, f"TokenReview failed: {type(e).__name__}: {str(e)[:200]}")
-        self.backoff.succeeded()
-        identity = decide.identify(Review.from_status(answer.get("status")), self.policy)
-        if isinstance(identity, Refusal):
-            return identity
-        node: str | Refusal
-        if identity.node is not None:
-            node = identity.node
-        else:
-            node = await self._node_of_pod(identity, timeout_s)
+        async with self._slots:  # only reviews wait for a slot: refusals above never queue
+            if request.expires and time.time() >= request.expires:
+                return Refusal(decide.REVIEW_FAILED, "the server's deadline passed while waiting for a slot")
+            self.metrics.reviews.inc()
+            try:
+                answer = await request_json(
+                    self.api,
+                    "POST",
+                    TOKEN_REVIEWS_PATH,
+                    decide.token_review(token, self.policy),
+                    timeout_s=timeout_s,
+                )
+            except KubeError as e:
+                self.backoff.failed(time.monotonic())
+                return Refusal(
+                    decide.REVIEW_FAILED, f"TokenReview failed: {type(e).__name__}: {str(e)[:200]}"
+                )
+            self.backoff.succeeded()
+            identity = decide.identify(Review.from_status(answer.get("status")), self.policy)
+            if isinstance(identity, Refusal):
+                return identity
+            node: str | Refusal
+            if identity.node is not None:
+                node = identity.node
+            else:
+                node = await self._node_of_pod(identity, timeout_s)
         if isinstance(node, Refusal):
             return node
-        return decide.grant(node, identity.pod, decide.token_expiry(token), now, self.policy)
+        return Admitted(node, identity.pod)
 
-    async def _node_of_pod(self, identity: decide.Identity, timeout_s: float) -> str | Refusal:
+    async def _node_of_pod(self, identity: Identity, timeout_s: float) -> str | Refusal:
         path = f"/api/v1/namespaces/{quote(identity.namespace, safe='')}/pods/{quote(identity.pod, safe='')}"
         pod: dict[str, Any] | None
         try:

@@ -12,6 +12,7 @@ from gpuscale.settings import (
     option,
     path,
     port,
+    positive_float,
     positive_int,
     seconds,
 )
@@ -77,6 +78,36 @@ class NatsAuthSettings(CommonSettings):
         env="GPUSCALE_NATS_AUTH_MAX_CONCURRENT",
         parse=positive_int,
         help="connection requests checked at the same time (each costs a TokenReview)",
+    )
+    review_rate: float = option(
+        20.0,
+        "--review-rate",
+        env="GPUSCALE_NATS_AUTH_REVIEW_RATE",
+        parse=positive_float,
+        help="TokenReviews per second at most, on average (a login past it is refused and retried); "
+        "a flood of made-up tokens costs the API server no more than this",
+    )
+    review_burst: int = option(
+        100,
+        "--review-burst",
+        env="GPUSCALE_NATS_AUTH_REVIEW_BURST",
+        parse=positive_int,
+        help="TokenReviews at once after a quiet spell (every collector logging in after a NATS restart)",
+    )
+    remember_grants: float = option(
+        60.0,
+        "--remember-grants",
+        env="GPUSCALE_NATS_AUTH_REMEMBER_GRANTS",
+        parse=seconds,
+        help="a token that was let in is let in again without a review for this long (never past "
+        "its expiry); also how long a deleted pod's token may still log in",
+    )
+    remember_refusals: float = option(
+        10.0,
+        "--remember-refusals",
+        env="GPUSCALE_NATS_AUTH_REMEMBER_REFUSALS",
+        parse=seconds,
+        help="a token the review refused is refused again without a review for this long",
     )
     kubeconfig: Path | None = option(
         None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"

@@ -14,8 +14,8 @@ review we take
   on, read from the pod itself;
 
 and grant a NATS user that may publish on that node's samples subject and
-nothing else (plus replies on ``_INBOX.>``), for no longer than the token
-is valid. Everything else is refused with a reason from :data:`REASONS`.
+nothing else (no subscription at all: no inbox to read), for no longer
+than the token is valid. Everything else is refused with a reason from :data:`REASONS`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -36,9 +37,16 @@ NODE_NAME_KEY: Final = "authentication.kubernetes.io/node-name"
 POD_NAME_KEY: Final = "authentication.kubernetes.io/pod-name"
 POD_UID_KEY: Final = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX: Final = "system:serviceaccount:"
-INBOX: Final = "_INBOX.>"
 # A token is refused when it has less than this left: the user would expire on arrival.
 MIN_REMAINING_S: Final = 5
+# A pod-bound ServiceAccount token is 1-2 KiB; anything far longer is not one.
+MAX_TOKEN_CHARS: Final = 8192
+# The JWS algorithms a Kubernetes service-account key signs with (RSA or EC keys,
+# external signers included): never "none", never a shared-secret HMAC.
+TOKEN_ALGORITHMS: Final = frozenset(
+    {"RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512"}
+)
+_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 # Every reason a connection is refused for: the values of a metrics label, bounded.
 TOKEN_MISSING: Final = "token_missing"  # noqa: S105 - a refusal reason, not a secret
@@ -53,6 +61,8 @@ POD_NOT_SCHEDULED: Final = "pod_not_scheduled"
 BAD_NODE_NAME: Final = "bad_node_name"
 REVIEW_FAILED: Final = "review_failed"  # the API server could not be asked (down, 403, timeout)
 BAD_REQUEST: Final = "bad_request"  # the server's request itself was not one we answer
+TOKEN_MALFORMED: Final = "token_malformed"  # noqa: S105 - a reason: not shaped like any ServiceAccount token
+RATE_LIMITED: Final = "rate_limited"  # more reviews asked for than --review-rate allows
 REASONS: Final = (
     TOKEN_MISSING,
     TOKEN_REJECTED,
@@ -66,6 +76,8 @@ REASONS: Final = (
     BAD_NODE_NAME,
     REVIEW_FAILED,
     BAD_REQUEST,
+    TOKEN_MALFORMED,
+    RATE_LIMITED,
 )
 
 
@@ -167,6 +179,52 @@ def check_token(token: str) -> Refusal | None:
     return None
 
 
+def _json_part(part: str) -> Any:
+    try:
+        return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):  # nested arrays, 8 KiB deep
+        return None
+
+
+def _malformed(detail: str) -> Refusal:
+    return Refusal(TOKEN_MALFORMED, detail)
+
+
+def check_shape(token: str, policy: Policy, now: int) -> Refusal | None:
+    """Before asking the API server: refuse, for free, what no review could accept. The claims
+    are read unverified, so this only ever refuses: a token the API server issued to a
+    collector pod for our audience always passes (its review then decides)."""
+    if len(token) > MAX_TOKEN_CHARS:
+        return _malformed(f"{len(token)} characters, more than any ServiceAccount token ({MAX_TOKEN_CHARS})")
+    parts = token.split(".")
+    if len(parts) != 3 or not all(_BASE64URL.fullmatch(part) for part in parts):
+        return _malformed("not a JWT (three base64url parts)")
+    header, claims = _json_part(parts[0]), _json_part(parts[1])
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        return _malformed("the JWT's header or claims are not JSON objects")
+    alg, kid = header.get("alg"), header.get("kid")
+    if not isinstance(alg, str) or alg not in TOKEN_ALGORITHMS:
+        return _malformed(f"alg {str(alg)[:20]!r} is not a ServiceAccount key's")
+    if not isinstance(kid, str) or not kid:
+        return _malformed("the JWT names no signing key (kid)")
+    exp = claims.get("exp")
+    if not isinstance(exp, int | float) or isinstance(exp, bool):
+        return _malformed("the JWT has no exp")
+    if exp <= now:
+        return Refusal(TOKEN_EXPIRED, f"the token's exp {int(exp)} is past (now {now})")
+    sub, aud = claims.get("sub"), claims.get("aud")
+    if not isinstance(sub, str):
+        return _malformed("the JWT has no sub")
+    if not sub.startswith(SERVICE_ACCOUNT_PREFIX):
+        return Refusal(NOT_A_SERVICE_ACCOUNT, f"{sub[:120]!r} is not a ServiceAccount")
+    if sub != policy.username:
+        return Refusal(WRONG_SERVICE_ACCOUNT, f"{sub[:120]!r} is not the collector's ({policy.username})")
+    audiences = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
+    if policy.audience not in audiences:
+        return Refusal(WRONG_AUDIENCE, f"the token is not for audience {policy.audience!r}")
+    return None
+
+
 def identify(review: Review, policy: Policy) -> Identity | Refusal:
     """The collector pod behind a reviewed token, or why it is none."""
     if not review.authenticated:
@@ -228,15 +286,16 @@ def token_expiry(token: str) -> int | None:
         return None
     try:
         claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
     return int(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) and exp > 0 else None
 
 
 def permissions(node: str) -> Permissions:
-    """Publish this node's samples, nothing else; replies land on ``_INBOX.>``."""
-    return Permissions(publish=(subjects.samples(node),), subscribe=(INBOX,))
+    """Publish this node's samples, nothing else. A collector only publishes (its flush is a
+    PING): it subscribes to nothing, so it reads no other login's replies."""
+    return Permissions(publish=(subjects.samples(node),), subscribe=())
 
 
 def grant(node: str, pod: str, token_expires: int | None, now: int, policy: Policy) -> Grant | Refusal:

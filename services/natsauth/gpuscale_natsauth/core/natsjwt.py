@@ -242,10 +242,16 @@ def parse_authorization_request(token: str, *, issuer: str, now: int) -> AuthReq
 
 @dataclass(frozen=True)
 class Permissions:
-    """A NATS user's subject permissions (allow lists; everything else is denied)."""
+    """A NATS user's subject permissions (allow lists; everything else is denied, an empty list
+    included)."""
 
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+
+
+def _only(allowed: tuple[str, ...]) -> dict[str, list[str]]:
+    # To nats-server an empty allow list means no restriction: nothing allowed is a deny of all.
+    return {"allow": list(allowed)} if allowed else {"deny": [">"]}
 
 
 def user_claims(
@@ -258,8 +264,8 @@ def user_claims(
         "name": name,
         "sub": user_nkey,
         "nats": {
-            "pub": {"allow": list(permissions.publish)},
-            "sub": {"allow": list(permissions.subscribe)},
+            "pub": _only(permissions.publish),
+            "sub": _only(permissions.subscribe),
             "subs": NO_LIMIT,
             "data": NO_LIMIT,
             "payload": NO_LIMIT,

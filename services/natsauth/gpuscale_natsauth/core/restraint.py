@@ -1,14 +1,18 @@
 """How often nats-auth asks the Kubernetes API. Pure: ``now`` is a parameter (monotonic seconds).
 
-A refused collector retries its login about twice a second (nats-py's
+Anyone who reaches the NATS port can ask for a login, as often as it likes,
+with any token; a refused collector retries about twice a second (nats-py's
 reconnect loop), and after a NATS restart every collector logs in at once.
-Two restraints keep that from becoming a storm of TokenReviews:
+What keeps that from becoming a storm of TokenReviews:
 
-- :class:`RefusalMemory`: a refusal that is the token's fault is remembered
-  for a while under a digest of the token (never the token), so a collector
-  retrying a bad token costs one review per ``ttl_s``. Grants are never
-  remembered: every login of a valid token is reviewed, so a deleted pod's
-  token stops working at once.
+- ``decide.check_shape`` refuses, without a review, what is not a
+  ServiceAccount token for the collector and our audience;
+- :class:`ReviewMemory`: a review's outcome is remembered under a digest of
+  the token (never the token): a refusal that is the token's fault for
+  ``refusal_ttl_s``, a grant for ``grant_ttl_s`` and never past the token's
+  own expiry, so a repeated token costs one review per TTL;
+- :class:`TokenBucket`: reviews beyond ``rate_per_s`` (after a ``burst``)
+  are refused, so a flood of made-up tokens costs at most that rate;
 - :class:`ApiBackoff`: after the API server fails a review, nats-auth asks it
   again only after a pause that doubles up to ``max_s`` (refusing meanwhile),
   so a struggling API server is not hammered by every node.
@@ -21,10 +25,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
 
-from .decide import REVIEW_FAILED, TOKEN_MISSING, Refusal
+from .decide import RATE_LIMITED, REVIEW_FAILED, TOKEN_MALFORMED, TOKEN_MISSING, Refusal
 
-# Refusals that say nothing about the token: never remembered.
-NOT_THE_TOKENS_FAULT: Final = frozenset({REVIEW_FAILED, TOKEN_MISSING})
+# Refusals that say nothing a review found about the token: never remembered.
+NOT_THE_TOKENS_FAULT: Final = frozenset({REVIEW_FAILED, TOKEN_MISSING, RATE_LIMITED, TOKEN_MALFORMED})
 
 
 def token_key(token: str) -> str:
@@ -32,32 +36,72 @@ def token_key(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", errors="replace")).hexdigest()
 
 
-@dataclass
-class RefusalMemory:
-    ttl_s: float = 10.0
-    capacity: int = 10_000
-    _entries: OrderedDict[str, tuple[float, Refusal]] = field(default_factory=OrderedDict)
+@dataclass(frozen=True)
+class Admitted:
+    """A review that let a collector pod in: enough to grant it again without asking."""
 
-    def recall(self, key: str, now: float) -> Refusal | None:
+    node: str
+    pod: str
+
+
+@dataclass
+class ReviewMemory:
+    refusal_ttl_s: float = 10.0
+    grant_ttl_s: float = 60.0
+    capacity: int = 10_000
+    _entries: OrderedDict[str, tuple[float, Refusal | Admitted]] = field(default_factory=OrderedDict)
+
+    def recall(self, key: str, now: float) -> Refusal | Admitted | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
-        until, refusal = entry
+        until, outcome = entry
         if now >= until:
             del self._entries[key]
             return None
-        return refusal
+        return outcome
 
-    def remember(self, key: str, refusal: Refusal, now: float) -> None:
-        if refusal.reason in NOT_THE_TOKENS_FAULT:
+    def remember(self, key: str, outcome: Refusal | Admitted, now: float, *, valid_for_s: float) -> None:
+        """``valid_for_s``: how long the token itself has left; no grant outlives it."""
+        if isinstance(outcome, Refusal):
+            if outcome.reason in NOT_THE_TOKENS_FAULT:
+                return
+            ttl = self.refusal_ttl_s  # a refused token never turns valid: its expiry does not matter
+        else:
+            ttl = min(self.grant_ttl_s, valid_for_s)
+        if ttl <= 0:
             return
-        self._entries[key] = (now + self.ttl_s, refusal)
+        self._entries[key] = (now + ttl, outcome)
         self._entries.move_to_end(key)
         while len(self._entries) > self.capacity:  # bounded: a flood of new tokens cannot grow memory
             self._entries.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+@dataclass
+class TokenBucket:
+    """At most ``burst`` at once and ``rate_per_s`` on average."""
+
+    rate_per_s: float
+    burst: int
+    _tokens: float = -1.0  # full at the first take
+    _at: float = 0.0
+
+    def take(self, now: float) -> bool:
+        if self._tokens < 0:
+            self._tokens, self._at = float(self.burst), now
+        self._tokens = min(float(self.burst), self._tokens + max(0.0, now - self._at) * self.rate_per_s)
+        self._at = max(self._at, now)
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def next_in(self) -> float:
+        """Seconds until the next take succeeds (as of the last take)."""
+        return 0.0 if self._tokens >= 1.0 else (1.0 - self._tokens) / self.rate_per_s
 
 
 @dataclass
