@@ -1,8 +1,13 @@
 """``gpuscale shadow-report``: read shadow mode's advice and the live
 controller's record, compare them (:mod:`.compare`), print the result.
 
-The advice comes from the GPUSCALE_ADVICE stream message by message (the
-observer's rights: no consumer); the live changes from the Events of the
+The advice comes from the GPUSCALE_ADVICE stream by sequence number with the
+observer's rights (no consumer: a consumer's deliver subject could point
+anywhere), READ_AHEAD gets in flight at a time, so a round trip is paid per
+READ_AHEAD messages, not per message. Advice that cannot be read (bytes that
+are no decision, a subject that names no workload or another one than the
+payload) is skipped and counted, and the report says how many; the rest is
+reported as ever. The live changes come from the Events of the
 HorizontalPodAutoscalers that target the workload (KEDA's included), which
 the API server keeps for an hour by default, and from the live counts the
 decider saw when it advised, which the stream keeps for the whole trial.
@@ -15,9 +20,10 @@ import json
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from nats.js.errors import NotFoundError
 
@@ -26,7 +32,7 @@ from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, jetstream
 from gpuscale.settings import CommonSettings, choice, option, path, positive_float, seconds
-from gpuscale.subjects import WorkloadKey
+from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.timefmt import format_time, parse_time
 from gpuscale.wire import Decision, ScaleTargetRef, WireError
 from gpuscale_cli.shadow.compare import Advice, LiveChange, Matched, Report, compare
@@ -35,6 +41,8 @@ from gpuscale_cli.shadow.compare import Advice, LiveChange, Matched, Report, com
 # reason SuccessfulRescale, message "New size: 4; reason: ...".
 _NEW_SIZE = re.compile(r"^New size: (\d+);")
 GPU_RESOURCES = ("nvidia.com/gpu",)
+# Message gets in flight at once: a round trip per this many messages (100,000 in seconds).
+READ_AHEAD: Final = 256
 
 
 def _workload(text: str) -> WorkloadKey:
@@ -84,39 +92,76 @@ class Live:
     problem: str | None = None  # why it could not be read
 
 
-async def read_advice(
-    nc: NATS,
-    key: WorkloadKey | None,
-    since: float | None,
-    now: float,
-    api_versions: dict[WorkloadKey, str],
-) -> dict[WorkloadKey, list[Advice]]:
-    """Each workload's advice, oldest first; ``api_versions`` gets each target's API version."""
+@dataclass
+class AdviceRead:
+    """What the advice stream held: each workload's advice, oldest first, and
+    how many messages could not be read, by reason."""
+
+    advice: dict[WorkloadKey, list[Advice]] = field(default_factory=dict)
+    api_versions: dict[WorkloadKey, str] = field(default_factory=dict)
+    skipped: Counter[str] = field(default_factory=Counter)
+    rounds: int = 0  # round trips waited for (one per READ_AHEAD messages)
+
+    def take(
+        self, subject: str, data: bytes, key: WorkloadKey | None, since: float | None, now: float
+    ) -> None:
+        """One stored message: kept, left out (another workload, too old) or skipped (unreadable)."""
+        if key is not None and subject != subjects.advice(key):
+            return
+        try:
+            found = subjects.parse_workload(subject, "advice")
+        except SubjectError:
+            self.skipped["bad_subject"] += 1
+            return
+        try:
+            d = codec.decode(data, Decision, now)
+        except WireError as e:
+            self.skipped[e.code] += 1
+            return
+        if WorkloadKey(d.namespace, d.kind, d.name) != found:
+            self.skipped["subject_mismatch"] += 1
+            return
+        if since is not None and d.ts < since:
+            return
+        self.advice.setdefault(found, []).append(Advice(d.ts, d.from_replicas, d.to_replicas, d.reason))
+        self.api_versions[found] = d.api_version or self.api_versions.get(found) or "apps/v1"
+
+    def skipped_line(self) -> str:
+        total = sum(self.skipped.values())
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(self.skipped.items()))
+        return f"{total} advice messages could not be read and were skipped ({reasons})"
+
+
+async def read_advice(nc: NATS, key: WorkloadKey | None, since: float | None, now: float) -> AdviceRead:
+    """The advice stream up to its last message at the start, READ_AHEAD messages a round."""
     js = jetstream(nc)
+    read = AdviceRead()
     try:
-        info = await js.stream_info(subjects.ADVICE_STREAM, subjects_filter=subjects.ADVICE_ALL)
+        info = await js.stream_info(subjects.ADVICE_STREAM)
     except NotFoundError:
-        return {}
-    wanted = [subjects.advice(key)] if key is not None else sorted(info.state.subjects or {})
-    found: dict[WorkloadKey, list[Advice]] = {}
-    for subject in wanted:
-        seq = 1
-        while True:
-            try:
-                raw = await js.get_msg(subjects.ADVICE_STREAM, seq=seq, subject=subject, next=True)
-            except NotFoundError:
-                break
-            seq = max(seq, int(raw.seq or 0)) + 1  # always forward, whatever the reply says
-            try:
-                d = codec.decode(raw.data or b"", Decision, now)
-            except WireError:
-                continue  # the stream takes only the decider's publishes; a bad one is skipped, not fatal
-            if since is not None and d.ts < since:
-                continue
-            key_found = subjects.parse_workload(subject, "advice")
-            found.setdefault(key_found, []).append(Advice(d.ts, d.from_replicas, d.to_replicas, d.reason))
-            api_versions[key_found] = d.api_version or api_versions.get(key_found) or "apps/v1"
-    return found
+        return read
+    state = info.state
+    if not state.messages:
+        return read
+
+    async def get(seq: int) -> tuple[str, bytes] | None:
+        try:
+            raw = await js.get_msg(subjects.ADVICE_STREAM, seq=seq)
+        except NotFoundError:
+            return None  # deleted, or aged out since the stream's info
+        return raw.subject or "", raw.data or b""
+
+    seq, last = state.first_seq, state.last_seq
+    while seq <= last:
+        upto = min(last, seq + READ_AHEAD - 1)
+        read.rounds += 1
+        for got in await asyncio.gather(*(get(s) for s in range(seq, upto + 1))):
+            if got is not None:
+                read.take(*got, key, since, now)
+        seq = upto + 1
+    for items in read.advice.values():
+        items.sort(key=lambda a: a.ts)
+    return read
 
 
 def gpus_in_template(obj: dict[str, Any]) -> float | None:
@@ -243,40 +288,47 @@ async def _run(settings: ShadowReportSettings) -> int:
         )
         return 1
     try:
-        reports = await build_reports(settings, nc, time.time())
+        reports, read = await build_reports(settings, nc, time.time())
     except Exception as e:  # noqa: BLE001 - NATS or the cluster failed mid-read: say so, exit 1
         print(f"gpuscale shadow-report: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     finally:
         await drain(nc)
+    # Said on stderr beside JSON (its output stays one list), after the reports as text.
+    skipped = read.skipped_line() if read.skipped else None
     if not reports:
         print("No shadow advice (no GPUScaler with spec.mode Shadow has advised yet).", file=sys.stderr)
+        if skipped:
+            print(skipped, file=sys.stderr)
         return 0
     if settings.output == "json":
         print(json.dumps([as_json(*r) for r in reports], indent=2))
+        if skipped:
+            print(skipped, file=sys.stderr)
     else:
         print("\n\n".join(render(*r) for r in reports))
+        if skipped:
+            print(f"\n{skipped}")
     return 0
 
 
 async def build_reports(
     settings: ShadowReportSettings, nc: NATS, now: float
-) -> list[tuple[WorkloadKey, Report, Live]]:
-    api_versions: dict[WorkloadKey, str] = {}
+) -> tuple[list[tuple[WorkloadKey, Report, Live]], AdviceRead]:
     since = now - settings.since_s if settings.since_s else None
-    advice = await read_advice(nc, settings.workload, since, now, api_versions)
+    read = await read_advice(nc, settings.workload, since, now)
     out: list[tuple[WorkloadKey, Report, Live]] = []
-    for key, items in sorted(advice.items()):
+    for key, items in sorted(read.advice.items(), key=lambda kv: str(kv[0])):
         live = (
             Live(problem="no --kubeconfig")
             if settings.kubeconfig is None
-            else await read_live(settings.kubeconfig, key, api_versions[key])
+            else await read_live(settings.kubeconfig, key, read.api_versions[key])
         )
         gpus = settings.gpus_per_replica or live.gpus_per_replica or 1.0
         report = compare(items, live.changes, end=now, live_now=live.replicas_now, gpus_per_replica=gpus)
         if report is not None:
             out.append((key, report, live))
-    return out
+    return out, read
 
 
 def main(settings: ShadowReportSettings) -> int:

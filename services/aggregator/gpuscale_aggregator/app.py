@@ -175,7 +175,13 @@ class AggregatorMetrics:
         )
         self.span = Gauge(
             "gpuscale_aggregator_window_span_seconds",
-            "The longest window the per-pod rings hold (grows with what GPUScalers ask, up to --max-window)",
+            "The longest window a GPUScaler asks for now (up to --max-window): samples older are dropped",
+            registry=registry,
+        )
+        self.own_rings = Gauge(
+            "gpuscale_aggregator_pods_with_own_ring",
+            "Pods whose workload asks for a window longer than --window: each holds a ring of the "
+            "length asked (memory its own workload pays), given back when the request ends",
             registry=registry,
         )
 
@@ -626,8 +632,11 @@ class AggregatorService:
         done = time.perf_counter()
         self.m.publish_seconds.observe(busy + done - slice_started)
         self.m.publish_wall_seconds.observe(done - started)
-        self.m.workloads.set(self.core.store.workload_count)
-        self.m.pods.set(self.core.store.pod_count)
+        store = self.core.store
+        self.m.workloads.set(store.workload_count)
+        self.m.pods.set(store.pod_count)
+        self.m.span.set(store.span_s)  # requests that ended shrink it
+        self.m.own_rings.set(store.own_ring_count)
         if now >= self._next_clock_check:
             self._next_clock_check = now + CLOCK_CHECK_S
             self.clock_watch.check()

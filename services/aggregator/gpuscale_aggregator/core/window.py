@@ -72,6 +72,16 @@ budget): such a pod gets an engine number, and a second ring of 25-byte
 records (five float32 sums, five byte counts) whose buckets are the pod's
 buckets (the same slot, time and lifetime), and engine totals that are folded
 and evicted with the GPU record's.
+
+A window longer than the default (a policy's ``window_s``, up to
+``max_window_s``) is paid for by its own workload only: each of its pods gets
+a ring of its own of the length asked (times, records and engine records,
+outside the shared buffers), and goes back to the shared ring when the
+request lapses or shortens. A pod is re-laid lazily, when its next bucket
+opens (a request costs nothing per pod; the pods of other workloads are never
+touched), keeping its newest buckets; one re-lay copies at most three runs of
+its ring. A pod that leaves (its samples have left the window) gives its own
+ring back.
 """
 
 from __future__ import annotations
@@ -201,9 +211,13 @@ class WindowStore:
         self.config = config or WindowConfig()
         self._inv_bucket = 1.0 / self.config.bucket_s
         self._half_bucket = 0.5 * self.config.bucket_s
-        # A window (now - w, now] touches at most ceil(w / b) + 1 buckets; the
-        # rings grow (never shrink) when a policy asks for a longer one.
+        # A window (now - w, now] touches at most ceil(w / b) + 1 buckets: the shared
+        # rings' length; a workload whose policy asks for longer has rings of its own.
         self.slots = self._slots_for(self.config.window_s)
+        # workload -> its pods' ring length, where its window needs more than ``slots``.
+        self._ring_slots: dict[WorkloadTuple, int] = {}
+        self._span_slots = self.slots  # the longest of them (recounted as requests end)
+        self._span_stale = False
         self.wanted: dict[WorkloadTuple, Wanted] = {}
         # workload -> pod -> the pod's number (no flat map of pods: memory is the
         # budget, and a second lookup per GPU owner costs less than its keys).
@@ -217,6 +231,9 @@ class WindowStore:
         # Per pod:
         self._totals = array("d")  # _TOTALS per pod: the closed buckets' sums and counts
         self._open = array("q")  # the open (newest) bucket's index, -1: none
+        self._len = array("q")  # the ring's length: ``slots`` (shared buffers), else in ``_long``
+        # pod -> its own ring (times, records, engine records: empty without an engine).
+        self._long: dict[int, tuple[array[float], bytearray, bytearray]] = {}
         self._oldest = array("q")  # lowest bucket index that may still be in the ring
         self._last_seen = array("d")
         self._interval = array("d")
@@ -254,8 +271,8 @@ class WindowStore:
 
     @property
     def span_s(self) -> float:
-        """The longest window the rings hold now: older samples are of no use."""
-        return (self.slots - 1) * self.config.bucket_s
+        """The longest window a workload asks for now: older samples are of no use."""
+        return (self._span_slots - 1) * self.config.bucket_s
 
     def window_of(self, workload: WorkloadTuple) -> float:
         wanted = self.wanted.get(workload)
@@ -288,8 +305,12 @@ class WindowStore:
         covers_from = now - before if window > before else -math.inf
         if held is not None:
             covers_from = max(covers_from, held.covers_from) if window > before else held.covers_from
-        if window > self.span_s:
-            self._resize(self._slots_for(window))
+        slots = self._slots_for(window)
+        if slots > self.slots:
+            self._ring_slots[workload] = slots  # its pods' rings follow as their next buckets open
+            self._span_slots = max(self._span_slots, slots)
+        elif self._ring_slots.pop(workload, None) is not None:
+            self._span_stale = True
         ttl = min(max(ttl_s, TTL_MIN_S), TTL_MAX_S)
         taken = Wanted(window, recent, now + ttl, covers_from)
         self.wanted[workload] = taken
@@ -300,38 +321,68 @@ class WindowStore:
         lapsed = [w for w, wanted in self.wanted.items() if wanted.until <= now]
         for workload in lapsed:
             del self.wanted[workload]
+            if self._ring_slots.pop(workload, None) is not None:
+                self._span_stale = True
+        if self._span_stale:
+            self._span_stale = False
+            self._span_slots = max(self._ring_slots.values(), default=self.slots)
 
-    def _resize(self, slots: int) -> None:
-        """Re-lay every ring for ``slots`` buckets per pod. A bucket's place is its
-        index modulo the ring's length, so each occupied bucket moves to its place
-        in the longer ring; totals, open buckets and ages do not change."""
-        old = self.slots
-        if slots <= old:
-            return
-        inv = self._inv_bucket
-        size, esize = _RECORD.size, _ENGINE_RECORD.size
-        ts = array("d", bytes(8 * slots * self._capacity))
-        ring = bytearray(size * slots * self._capacity)
-        engine_ring = bytearray(esize * slots * self._engine_capacity)
-        old_ts, old_ring, old_engine = self._ts, self._ring, self._engine_ring
-        for pid in range(self._capacity):
-            eid = self._engine[pid]
-            for position in range(old):
-                src = pid * old + position
-                held = old_ts[src]
-                if held == _EMPTY:
-                    continue
-                place = int(held * inv) % slots
-                dst = pid * slots + place
-                ts[dst] = held
-                ring[dst * size : (dst + 1) * size] = old_ring[src * size : (src + 1) * size]
-                if eid != _NO_ENGINE:
-                    e_src, e_dst = eid * old + position, eid * slots + place
-                    engine_ring[e_dst * esize : (e_dst + 1) * esize] = old_engine[
-                        e_src * esize : (e_src + 1) * esize
-                    ]
-        self._ts, self._ring, self._engine_ring = ts, ring, engine_ring
-        self.slots = slots
+    def _rings(self, pid: int) -> tuple[array[float], bytearray, bytearray, int, int, int]:
+        """Where a pod's ring lies: its buckets' times, records and engine records,
+        the index of its first bucket in the times and records, in the engine
+        records, and its length."""
+        n = self._len[pid]
+        if n == self.slots:
+            return self._ts, self._ring, self._engine_ring, pid * n, self._engine[pid] * n, n
+        ts, ring, engine = self._long[pid]
+        return ts, ring, engine, 0, 0, n
+
+    def _reshape(self, pid: int, slots: int) -> None:
+        """Re-lay one pod's ring for ``slots`` buckets (the shared length: back into
+        the shared buffers), keeping its newest buckets; those that no longer fit
+        leave its totals. A bucket's place is its index modulo the length, so the
+        kept buckets (consecutive indices) move in at most three runs."""
+        where = self._rings(pid)
+        old_ts, old_ring, old_engine, base, ebase, n = where
+        eid = self._engine[pid]
+        size, esize, inv = _RECORD.size, _ENGINE_RECORD.size, self._inv_bucket
+        current = self._open[pid]
+        oldest = self._oldest[pid]
+        keep_from = max(oldest, current - min(n, slots) + 1)
+        for bucket in range(max(oldest, current - n + 1), keep_from):
+            held = old_ts[base + bucket % n]
+            if held != _EMPTY and int(held * inv) == bucket:
+                self._evict_slot(pid, bucket % n, where)
+        shared = slots == self.slots
+        if shared:
+            ts, ring, engine = self._ts, self._ring, self._engine_ring
+            to, eto = pid * slots, eid * slots
+            ts[to : to + slots] = array("d", bytes(8 * slots))
+        else:
+            ts, ring = array("d", bytes(8 * slots)), bytearray(size * slots)
+            engine = bytearray(esize * slots if eid != _NO_ENGINE else 0)
+            to = eto = 0
+        bucket = keep_from
+        while 0 <= bucket <= current:
+            src, dst = bucket % n, bucket % slots
+            run = min(current - bucket + 1, n - src, slots - dst)
+            ts[to + dst : to + dst + run] = old_ts[base + src : base + src + run]
+            ring[(to + dst) * size : (to + dst + run) * size] = old_ring[
+                (base + src) * size : (base + src + run) * size
+            ]
+            if eid != _NO_ENGINE:
+                engine[(eto + dst) * esize : (eto + dst + run) * esize] = old_engine[
+                    (ebase + src) * esize : (ebase + src + run) * esize
+                ]
+            bucket += run
+        if n == self.slots:  # it leaves the shared buffers: its place there holds nothing
+            self._ts[base : base + n] = array("d", bytes(8 * n))
+        if shared:
+            del self._long[pid]
+        else:
+            self._long[pid] = (ts, ring, engine)
+        self._oldest[pid] = keep_from
+        self._len[pid] = slots
 
     # --- pods ------------------------------------------------------------------
 
@@ -345,6 +396,7 @@ class WindowStore:
             self._ring.extend(bytes(_RECORD.size * self.slots))
             self._totals.extend(array("d", bytes(8 * _TOTALS)))
             self._open.append(-1)
+            self._len.append(self.slots)
             self._oldest.append(0)
             self._last_seen.append(0.0)
             self._interval.append(1.0)
@@ -372,8 +424,12 @@ class WindowStore:
         return pid
 
     def _free_pod(self, workload: WorkloadTuple, pod: str, pid: int) -> None:
-        """Its ring is already empty (every bucket evicted): only the number goes back."""
+        """Its ring is already empty (every bucket evicted): the number goes back, and
+        a ring of its own is freed."""
         self._pod_count -= 1
+        if self._len[pid] != self.slots:
+            del self._long[pid]
+            self._len[pid] = self.slots
         t = pid * _TOTALS
         self._totals[t : t + _TOTALS] = array("d", bytes(8 * _TOTALS))
         eid = self._engine[pid]
@@ -393,6 +449,10 @@ class WindowStore:
             self._engine_totals.extend(array("d", bytes(8 * _ENGINE_TOTALS)))
         size = _ENGINE_RECORD.size * self.slots
         self._engine_ring[eid * size : (eid + 1) * size] = bytes(size)
+        n = self._len[pid]
+        if n != self.slots:  # a ring of its own: its engine records beside it
+            ts, ring, _ = self._long[pid]
+            self._long[pid] = (ts, ring, bytearray(_ENGINE_RECORD.size * n))
         t = eid * _ENGINE_TOTALS
         self._engine_totals[t : t + _ENGINE_TOTALS] = array("d", bytes(8 * _ENGINE_TOTALS))
         self._engine[pid] = eid
@@ -410,8 +470,16 @@ class WindowStore:
         slots = self.slots
         position = bucket % slots
         workloads = self.workloads
-        slot_ts = self._ts
-        ring = self._ring
+        shared_ts = self._ts
+        shared_ring = self._ring
+        shared_engine = self._engine_ring
+        lengths = self._len
+        own_rings = self._long
+        ring_slots = self._ring_slots
+        # Only while some workload asks for a longer window (or pods still hold one):
+        # until then every ring is in the shared buffers, at the same place.
+        reshaping = bool(ring_slots or own_rings)
+        slot_ts, ring, engines, n, at_slot = shared_ts, shared_ring, shared_engine, slots, position
         opened = self._open
         totals = self._totals
         per_pod = _TOTALS
@@ -471,7 +539,22 @@ class WindowStore:
                         if ratio > 100.0:
                             ratio = 100.0
                 current = opened[pid]
-                slot = pid * slots + position
+                if not reshaping:
+                    base = pid * slots
+                else:
+                    n = lengths[pid]
+                    if bucket > current:
+                        want = ring_slots.get(workload, slots)
+                        if want != n:  # its workload's window changed: follow it as a new bucket opens
+                            self._reshape(pid, want)
+                            n = want
+                    if n == slots:
+                        slot_ts, ring, engines = shared_ts, shared_ring, shared_engine
+                        base, at_slot = pid * slots, position
+                    else:
+                        slot_ts, ring, engines = own_rings[pid]
+                        base, at_slot = 0, bucket % n
+                slot = base + at_slot
                 if bucket == current:
                     # The open bucket again (a pod on several GPUs, a burst): add to its record.
                     off = slot * size
@@ -496,12 +579,13 @@ class WindowStore:
                         if ts > slot_ts[slot]:
                             slot_ts[slot] = ts
                     if engine:
-                        self._engine_merge(eid * slots + position, engine)
+                        eoff = eid * n if engines is shared_engine else 0
+                        self._engine_merge(engines, eoff + at_slot, engine)
                 elif bucket > current:
                     # A newer bucket opens: the open one joins the totals; the slot's
                     # previous occupant (a bucket a ring older) leaves them.
                     if current >= 0:  # (_fold, inlined: this runs once per pod per bucket)
-                        closing = pid * slots + current % slots
+                        closing = base + current % n
                         if slot_ts[closing] != _EMPTY:
                             v = unpack_from(ring, closing * size)
                             t = pid * per_pod
@@ -518,9 +602,10 @@ class WindowStore:
                             totals[t + 10] += v[10]
                             totals[t + 11] += v[11]
                             if eid != _NO_ENGINE:
-                                self._engine_fold(eid, current % slots)
+                                eoff = eid * n if engines is shared_engine else 0
+                                self._engine_fold(eid, engines, eoff + current % n)
                     if slot_ts[slot] != _EMPTY:
-                        self._evict_slot(pid, slot)
+                        self._evict_slot(pid, at_slot, None if engines is shared_engine else self._rings(pid))
                     pack_into(
                         ring,
                         slot * size,
@@ -540,10 +625,11 @@ class WindowStore:
                     slot_ts[slot] = ts
                     opened[pid] = bucket
                     if eid != _NO_ENGINE:
-                        self._engine_open(eid * slots + position, engine)
+                        eoff = eid * n if engines is shared_engine else 0
+                        self._engine_open(engines, eoff + at_slot, engine)
                 else:
                     self._add_late(
-                        pid, slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power), engine
+                        pid, at_slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power), engine
                     )
                 if util < pinned_util:
                     if pinned[pid]:
@@ -597,8 +683,8 @@ class WindowStore:
         if wanted is None or wanted.recent_s is None or members is None or len(members) > MAX_FOLLOWED_PODS:
             return None
         stale_after, recent = self.config.stale_intervals, wanted.recent_s
-        inv, slots = self._inv_bucket, self.slots
-        last_seen, intervals, slot_ts = self._last_seen, self._interval, self._ts
+        inv = self._inv_bucket
+        last_seen, intervals = self._last_seen, self._interval
         pinned, unpinned_at = self._pinned, self._unpinned_at
         since, until = -math.inf, math.inf
         for pid in members.values():
@@ -609,7 +695,8 @@ class WindowStore:
                 return None
             left = unpinned_at[pid]
             bucket = int(left * inv)
-            held = slot_ts[pid * slots + bucket % slots]
+            slot_ts, _, _, base, _, n = self._rings(pid)
+            held = slot_ts[base + bucket % n]
             if held != _EMPTY and int(held * inv) == bucket and held > left:
                 left = held  # later pinned samples share its bucket: it leaves with the newest
             since = max(since, left + recent)
@@ -660,43 +747,57 @@ class WindowStore:
 
     # --- the engine ring (pods with an inference engine only) ---------------------------
 
-    def _engine_open(self, eslot: int, engine: Any) -> None:
+    def _engine_open(self, engines: bytearray, eslot: int, engine: Any) -> None:
         """A new bucket's engine record: the owner's values, or nothing yet."""
         if engine:
             record = _engine_added(_EMPTY_ENGINE, _engine_values(engine))
-            _ENGINE_RECORD.pack_into(self._engine_ring, eslot * _ENGINE_RECORD.size, *record)
+            _ENGINE_RECORD.pack_into(engines, eslot * _ENGINE_RECORD.size, *record)
         else:
-            _ENGINE_RECORD.pack_into(self._engine_ring, eslot * _ENGINE_RECORD.size, *_EMPTY_ENGINE)
+            _ENGINE_RECORD.pack_into(engines, eslot * _ENGINE_RECORD.size, *_EMPTY_ENGINE)
 
-    def _engine_merge(self, eslot: int, engine: Any) -> None:
+    def _engine_merge(self, engines: bytearray, eslot: int, engine: Any) -> None:
         """More values for the open bucket (the pod's other GPU entries carry the same)."""
         off = eslot * _ENGINE_RECORD.size
-        old = _ENGINE_RECORD.unpack_from(self._engine_ring, off)
+        old = _ENGINE_RECORD.unpack_from(engines, off)
         if max(old[N_ENGINE:]) >= _COUNT_MAX:
             return
-        _ENGINE_RECORD.pack_into(self._engine_ring, off, *_engine_added(old, _engine_values(engine)))
+        _ENGINE_RECORD.pack_into(engines, off, *_engine_added(old, _engine_values(engine)))
 
-    def _engine_fold(self, eid: int, position: int) -> None:
+    def _engine_fold(self, eid: int, engines: bytearray, eslot: int) -> None:
         """The closing bucket's engine record joins the engine totals."""
-        v = _ENGINE_RECORD.unpack_from(self._engine_ring, (eid * self.slots + position) * _ENGINE_RECORD.size)
+        v = _ENGINE_RECORD.unpack_from(engines, eslot * _ENGINE_RECORD.size)
         t = eid * _ENGINE_TOTALS
         totals = self._engine_totals
         for i in range(_ENGINE_TOTALS):
             totals[t + i] += v[i]
 
-    def _evict_slot(self, pid: int, slot: int) -> None:
-        """Take one closed bucket out of the pod's totals and empty it."""
+    def _evict_slot(
+        self,
+        pid: int,
+        position: int,
+        where: tuple[array[float], bytearray, bytearray, int, int, int] | None = None,
+    ) -> None:
+        """Take one closed bucket (at ``position`` in the pod's ring, ``where`` it lies:
+        :meth:`_rings`; None: in the shared buffers) out of the pod's totals and empty it."""
         eid = self._engine[pid]
+        if where is None:  # (the publish cycle's common case: no tuple built)
+            slot = pid * self.slots + position
+            slot_ts = self._ts
+            ring = self._ring
+        else:
+            slot_ts, ring = where[0], where[1]
+            slot = where[3] + position
         if eid != _NO_ENGINE:
-            position = slot - pid * self.slots
-            e = _ENGINE_RECORD.unpack_from(
-                self._engine_ring, (eid * self.slots + position) * _ENGINE_RECORD.size
-            )
+            if where is None:
+                engines, eslot = self._engine_ring, eid * self.slots + position
+            else:
+                engines, eslot = where[2], where[4] + position
+            e = _ENGINE_RECORD.unpack_from(engines, eslot * _ENGINE_RECORD.size)
             et = eid * _ENGINE_TOTALS
             engine_totals = self._engine_totals
             for i in range(_ENGINE_TOTALS):
                 engine_totals[et + i] -= e[i]
-        v = _RECORD.unpack_from(self._ring, slot * _RECORD.size)
+        v = _RECORD.unpack_from(ring, slot * _RECORD.size)
         totals = self._totals
         t = pid * _TOTALS
         totals[t] -= v[0]
@@ -711,59 +812,65 @@ class WindowStore:
         totals[t + 9] -= v[9]
         totals[t + 10] -= v[10]
         totals[t + 11] -= v[11]
-        self._ts[slot] = _EMPTY
+        slot_ts[slot] = _EMPTY
 
     def _add_late(
         self,
         pid: int,
-        slot: int,
+        position: int,
         bucket: int,
         ts: float,
         values: tuple[float | None, ...],
         engine: Any = None,
     ) -> None:
         """A sample for a bucket older than the open one (a reordered batch, a
-        collector restart): into its closed bucket, and so into the totals. A
-        slot holding a bucket a whole ring newer means this sample is older than
-        the window at that bucket's time: dropped (only a sender whose clock went
-        back by more than a window sends such)."""
-        held_ts = self._ts[slot]
+        collector restart): into its closed bucket (at ``position`` in the pod's
+        ring), and so into the totals. A bucket a whole ring older than the open
+        one, or a slot holding a bucket a whole ring newer, means this sample is
+        older than the window: dropped (only a sender whose clock went back by
+        more than a window sends such)."""
+        where = self._rings(pid)
+        slot_ts, ring, engines, base, ebase, n = where
+        if bucket <= self._open[pid] - n:
+            return
+        slot = base + position
+        held_ts = slot_ts[slot]
         if held_ts != _EMPTY:
             held = int(held_ts * self._inv_bucket)
             if held > bucket:
                 return
             if held < bucket:
-                self._evict_slot(pid, slot)
+                self._evict_slot(pid, position, where)
         off = slot * _RECORD.size
-        occupied = self._ts[slot] != _EMPTY
-        old = _RECORD.unpack_from(self._ring, off) if occupied else _EMPTY_RECORD
+        occupied = slot_ts[slot] != _EMPTY
+        old = _RECORD.unpack_from(ring, off) if occupied else _EMPTY_RECORD
         if old[N_METRICS] >= _COUNT_MAX:
             return
         eid = self._engine[pid]
         if eid != _NO_ENGINE:
-            self._engine_late(eid, slot - pid * self.slots, occupied, engine)
+            self._engine_late(eid, engines, ebase + position, occupied, engine)
         sums = [s + (v or 0.0) for s, v in zip(old[:N_METRICS], values, strict=True)]
         counts = [c + (v is not None) for c, v in zip(old[N_METRICS:], values, strict=True)]
-        _RECORD.pack_into(self._ring, off, *sums, *counts)
-        new = _RECORD.unpack_from(self._ring, off)
+        _RECORD.pack_into(ring, off, *sums, *counts)
+        new = _RECORD.unpack_from(ring, off)
         t = pid * _TOTALS
         totals = self._totals
         for i in range(_TOTALS):
             totals[t + i] += new[i] - old[i]
-        if ts > self._ts[slot]:
-            self._ts[slot] = ts
+        if ts > slot_ts[slot]:
+            slot_ts[slot] = ts
         if bucket < self._oldest[pid]:
             self._oldest[pid] = bucket
 
-    def _engine_late(self, eid: int, position: int, occupied: bool, engine: Any) -> None:
+    def _engine_late(self, eid: int, engines: bytearray, eslot: int, occupied: bool, engine: Any) -> None:
         """A late sample's engine values into its closed bucket, and so into the totals."""
-        off = (eid * self.slots + position) * _ENGINE_RECORD.size
-        old = _ENGINE_RECORD.unpack_from(self._engine_ring, off) if occupied else _EMPTY_ENGINE
+        off = eslot * _ENGINE_RECORD.size
+        old = _ENGINE_RECORD.unpack_from(engines, off) if occupied else _EMPTY_ENGINE
         if max(old[N_ENGINE:]) >= _COUNT_MAX:
             return
         values = _engine_values(engine) if engine else _NO_ENGINE_VALUES
-        _ENGINE_RECORD.pack_into(self._engine_ring, off, *_engine_added(old, values))
-        stored = _ENGINE_RECORD.unpack_from(self._engine_ring, off)
+        _ENGINE_RECORD.pack_into(engines, off, *_engine_added(old, values))
+        stored = _ENGINE_RECORD.unpack_from(engines, off)
         t = eid * _ENGINE_TOTALS
         for i in range(_ENGINE_TOTALS):
             self._engine_totals[t + i] += stored[i] - old[i]
@@ -772,8 +879,12 @@ class WindowStore:
         """Drop the pod's buckets whose newest sample is at or before ``cutoff``,
         oldest first; False when nothing is left."""
         slots = self.slots
-        base = pid * slots
-        slot_ts = self._ts
+        if not self._long or self._len[pid] == slots:  # (most pods: no tuple built)
+            where = None
+            slot_ts, base = self._ts, pid * slots
+        else:
+            where = self._rings(pid)
+            slot_ts, base, slots = where[0], 0, where[5]
         inv = self._inv_bucket
         oldest = self._oldest[pid]
         current = self._open[pid]
@@ -783,7 +894,7 @@ class WindowStore:
             if held != _EMPTY and int(held * inv) == oldest:
                 if held > cutoff:
                     break
-                self._evict_slot(pid, slot)
+                self._evict_slot(pid, oldest % slots, where)
             oldest += 1
         self._oldest[pid] = oldest
         if oldest < current:
@@ -907,7 +1018,9 @@ class WindowStore:
         fresh pods. Spelled out per metric: this runs for every pod every cycle."""
         stale_after = self.config.stale_intervals
         totals = self._totals
-        ring = self._ring
+        shared_ring = self._ring
+        lengths = self._len
+        own_rings = self._long
         opened = self._open
         last_seen = self._last_seen
         intervals = self._interval
@@ -926,9 +1039,14 @@ class WindowStore:
         for pod in sorted(members):
             pid = members[pod]
             t = pid * _TOTALS
+            if own_rings and lengths[pid] != slots:
+                n = lengths[pid]
+                ring, base = own_rings[pid][1], 0
+            else:
+                n, ring, base = slots, shared_ring, pid * slots
             # The closed buckets' totals plus the open bucket's record.
             s0, s1, s2, s3, s4, s5, c0, c1, c2, c3, c4, c5 = map(
-                add, totals[t : t + _TOTALS], unpack_from(ring, (pid * slots + opened[pid] % slots) * size)
+                add, totals[t : t + _TOTALS], unpack_from(ring, (base + opened[pid] % n) * size)
             )
             v0: Any = (0.0 if s0 <= 0.0 else 100.0 if s0 >= 100.0 * c0 else s0 / c0) if c0 > 0.5 else unset
             v1: Any = (0.0 if s1 <= 0.0 else 100.0 if s1 >= 100.0 * c1 else s1 / c1) if c1 > 0.5 else unset
@@ -937,7 +1055,7 @@ class WindowStore:
             v4: Any = (0.0 if s4 <= 0.0 else s4 / c4) if c4 > 0.5 else unset
             v5: Any = (0.0 if s5 <= 0.0 else s5 / c5) if c5 > 0.5 else unset
             eid = engine_ids[pid]
-            engine_means = no_engine if eid == _NO_ENGINE else self._engine_means(eid, opened[pid] % slots)
+            engine_means = no_engine if eid == _NO_ENGINE else self._engine_means(pid, eid)
             seen = last_seen[pid]
             values = MetricValues(v0, v1, v2, v3, v4, v5, *engine_means)
             if recent_s is None:
@@ -1005,27 +1123,26 @@ class WindowStore:
         ``cutoff``, newest first (the last seconds: what a saturated pod shows
         before its window's mean does). Walks a few records; only for the
         workloads whose policy asked."""
-        slots = self.slots
         current = self._open[pid]
         if current < 0:
             return NO_METRICS
+        slot_ts, ring, engines, base, ebase, slots = self._rings(pid)
         inv = self._inv_bucket
-        slot_ts = self._ts
         sums = [0.0] * _TOTALS
         eid = self._engine[pid]
         esums = [0.0] * _ENGINE_TOTALS
         bucket = current
         while bucket > current - slots:
-            slot = pid * slots + bucket % slots
+            slot = base + bucket % slots
             held = slot_ts[slot]
             if held != _EMPTY and int(held * inv) == bucket:
                 if held <= cutoff:
                     break
-                for i, v in enumerate(_RECORD.unpack_from(self._ring, slot * _RECORD.size)):
+                for i, v in enumerate(_RECORD.unpack_from(ring, slot * _RECORD.size)):
                     sums[i] += v
                 if eid != _NO_ENGINE:
                     record = _ENGINE_RECORD.unpack_from(
-                        self._engine_ring, (eid * slots + bucket % slots) * _ENGINE_RECORD.size
+                        engines, (ebase + bucket % slots) * _ENGINE_RECORD.size
                     )
                     for i, v in enumerate(record):
                         esums[i] += v
@@ -1043,11 +1160,12 @@ class WindowStore:
                 means[name] = min(value, 100.0) if name == "kv_cache_usage" else value
         return MetricValues.of(means) if means else NO_METRICS
 
-    def _engine_means(self, eid: int, position: int) -> tuple[Any, ...]:
+    def _engine_means(self, pid: int, eid: int) -> tuple[Any, ...]:
         """An engine pod's window means (closed buckets' totals plus the open
         bucket's record), UNSET where it sent none; pinned to the contract's ranges."""
         t = eid * _ENGINE_TOTALS
-        v = _ENGINE_RECORD.unpack_from(self._engine_ring, (eid * self.slots + position) * _ENGINE_RECORD.size)
+        _, _, engines, _, ebase, n = self._rings(pid)
+        v = _ENGINE_RECORD.unpack_from(engines, (ebase + self._open[pid] % n) * _ENGINE_RECORD.size)
         totals = self._engine_totals
         means: list[Any] = []
         for i in range(N_ENGINE):
@@ -1073,15 +1191,27 @@ class WindowStore:
         return self._pod_count
 
     @property
+    def own_ring_count(self) -> int:
+        """Pods holding a ring of their own (their workload asked for a longer window)."""
+        return len(self._long)
+
+    @property
     def bucket_count(self) -> int:
         """Buckets holding samples (walks every ring: tests and tools)."""
-        return sum(
-            1
-            for members in self.workloads.values()
-            for pid in members.values()
-            for slot in range(pid * self.slots, (pid + 1) * self.slots)
-            if self._ts[slot] != _EMPTY
-        )
+        count = 0
+        for members in self.workloads.values():
+            for pid in members.values():
+                slot_ts, _, _, base, _, n = self._rings(pid)
+                count += sum(1 for slot in range(base, base + n) if slot_ts[slot] != _EMPTY)
+        return count
+
+    def ring_slots_held(self) -> int:
+        """Bucket places held by every pod's ring, shared or its own (tests and tools)."""
+        return sum(self._len[pid] for members in self.workloads.values() for pid in members.values())
+
+    def ring_of(self, workload: WorkloadTuple, pod: str) -> int:
+        """The length of a pod's ring in buckets (tests and tools)."""
+        return self._len[self.workloads[workload][pod]]
 
 
 _NO_ENGINE_VALUES: Final[tuple[float | None, ...]] = (None,) * N_ENGINE
