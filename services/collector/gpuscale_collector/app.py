@@ -239,6 +239,8 @@ class Collector:
                 timeout_s=self.settings.engine_timeout,
                 concurrency=self.settings.engine_concurrency,
                 registry=self.ctx.metrics.registry,
+                limits=self.settings.engine_page_limits,
+                parse_budget_s=self.settings.engine_parse_budget_s,
             )
             phase = node_phase(self.settings.node_name, self.settings.interval_s)
             tasks.append(asyncio.create_task(self.engines.run(stop, self._engine_targets, phase)))

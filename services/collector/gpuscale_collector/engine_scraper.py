@@ -9,6 +9,18 @@ scrapes keep failing is tried less often (:func:`core.engines.failed`). What
 the pod said is recognised by the pure :mod:`gpuscale_collector.core.engines`
 after ``prometheus_client``'s text parser has read the lines it needs.
 
+One pod's page cannot hurt the node (issue 32). The body streams through
+:class:`core.engines.PageReader` as it arrives: only the lines of the series
+read are held (memory does not grow with the page), and a page over a bound
+(bytes, lines, series, bytes of one series' line or of them all) is refused
+there with its reason, counted, logged once and backed off like a failing
+one. The kept lines are parsed on one parser thread for the node (one page
+at a time, however many pods), off the loop that ticks, within a CPU budget
+the parser checks itself (``parse_time``). Values that are NaN, infinite or
+out of range are left out one by one and counted
+(``gpuscale_collector_engine_values_rejected_total{reason}``); a pod's lines
+come at most once a minute per event, whatever its page does.
+
 Every outcome is counted (``gpuscale_collector_engine_scrapes_total{outcome}``);
 each pod's failure reason is logged once (and its recovery), and what was
 found on each pod (engines, series) is logged when it changes and exported as
@@ -20,29 +32,33 @@ found on each pod (engines, series) is logged when it changes and exported as
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TextIO, cast
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import text_fd_to_metric_families
 from prometheus_client.registry import Collector
 
 from gpuscale.aio import sleep_unless_stopped
-from gpuscale.logging import get_logger
+from gpuscale.logging import LogThrottle, get_logger
 from gpuscale.wire import EngineSignals
 from gpuscale_collector.core import engines as core
 from gpuscale_collector.core.schedule import next_tick
 from gpuscale_collector.core.workloads import PodInfo
 
 PodKey = tuple[str, str]  # (namespace, pod)
-# A metrics page bigger than this is not an inference server's: refused, not read.
-MAX_BODY_BYTES: Final = 4 * 2**20
+# The default page size cap (--engine-max-page-bytes).
+MAX_BODY_BYTES: Final = core.DEFAULT_MAX_PAGE_BYTES
+CHUNK_BYTES: Final = 65536
+FLAP_LOG_S: Final = 60.0
+MAX_DETAIL_CHARS: Final = 200
 # The text format Prometheus asks for (0.0.4): every engine serves it.
 ACCEPT: Final = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 OUTCOMES: Final = (
@@ -51,8 +67,8 @@ OUTCOMES: Final = (
     "timeout",
     "connect_error",
     "http_error",
-    "too_large",
     "parse_error",
+    *core.PAGE_REFUSALS,
 )
 
 
@@ -89,8 +105,17 @@ class EngineMetrics:
             "Of those, pods whose last scrape failed",
             registry=registry,
         )
+        self.values_rejected = Counter(
+            "gpuscale_collector_engine_values_rejected_total",
+            "Values of the engine series read that were left out (NaN or infinite, negative, a "
+            "fraction over 1, a family of the wrong type, a sum past the largest number)",
+            ["reason"],
+            registry=registry,
+        )
         for outcome in OUTCOMES:
             self.scrapes.labels(outcome=outcome)
+        for reason in core.REJECTED_REASONS:
+            self.values_rejected.labels(reason=reason)
         for reason in ("backoff", "in_flight", "bad_annotation"):
             self.skipped.labels(reason=reason)
 
@@ -132,15 +157,21 @@ class EngineScraper:
         concurrency: int,
         registry: CollectorRegistry,
         max_age_intervals: float = 2.0,
+        limits: core.PageLimits | None = None,
+        parse_budget_s: float = core.DEFAULT_PARSE_BUDGET_S,
     ) -> None:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        self.limits = limits or core.PageLimits()
+        self.parse_budget_s = parse_budget_s
         self.max_age_s = max_age_intervals * interval_s
         self.metrics = EngineMetrics(registry)
         registry.register(EngineInfo(self.found))
         self._sem = asyncio.Semaphore(concurrency)
         self._concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
+        # One parser thread per node: however many pods serve heavy pages, one page at a time.
+        self._parser: concurrent.futures.ThreadPoolExecutor | None = None
         self._latest: dict[PodKey, Reading] = {}  # published: dropped when a scrape fails
         self._last_ok: dict[PodKey, Reading] = {}  # what the next flows are counted from
         self._health: dict[PodKey, core.Health] = {}
@@ -148,6 +179,8 @@ class EngineScraper:
         self._logged: dict[PodKey, set[str]] = {}
         self._what: dict[PodKey, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._rng = random.Random()  # noqa: S311 - backoff jitter, not security
+        # A pod whose page flips between outcomes gets a line a minute, not one a scrape.
+        self._flaps = LogThrottle(FLAP_LOG_S)
         self._log = get_logger(component="engine_scraper", node=node)
 
     # --- reading out (the tick) -----------------------------------------------------
@@ -238,6 +271,9 @@ class EngineScraper:
             finished = loop.time()
         self.metrics.seconds.observe(finished - started)
         self.metrics.scrapes.labels(outcome=outcome).inc()
+        if reading is not None:
+            for reason, n in reading.rejected:
+                self.metrics.values_rejected.labels(reason=reason).inc(n)
         if reading is not None and reading.found:
             self._succeeded(key, target, reading, answered)
         else:
@@ -247,22 +283,29 @@ class EngineScraper:
         """Outcome, detail, reading, and when the answer came (monotonic: the
         counters' values are of that moment, not of when they were parsed)."""
         loop = asyncio.get_running_loop()
+        page = core.PageReader(self.limits)
         try:
-            body = await asyncio.wait_for(self._fetch(url), self.timeout_s)
+            await asyncio.wait_for(self._fetch(url, page), self.timeout_s)
+            kept = page.finish()
         except TimeoutError:
             return "timeout", f"no answer within {self.timeout_s:g} s", None, loop.time()
+        except core.PageRefused as e:
+            return e.reason, e.detail, None, loop.time()
         except _HttpStatus as e:
             return "http_error", str(e), None, loop.time()
-        except _TooLarge:
-            return "too_large", f"more than {MAX_BODY_BYTES} bytes", None, loop.time()
         except (aiohttp.ClientConnectionError, OSError) as e:
             return "connect_error", f"{type(e).__name__}: {e}", None, loop.time()
         except aiohttp.ClientError as e:
             return "http_error", f"{type(e).__name__}: {e}", None, loop.time()
         answered = loop.time()
         try:
-            text = body.decode("utf-8", errors="replace")
-            reading = core.recognise(text_string_to_metric_families(core.select_lines(text)))
+            # Off the loop that ticks, one page at a time, within its CPU budget (no wall
+            # clock: waiting behind another pod's page costs this one nothing).
+            if self._parser is None:
+                self._parser = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine-parse")
+            reading = await loop.run_in_executor(self._parser, _parse, kept, self.parse_budget_s)
+        except _OverBudget:
+            return "parse_time", f"more than {self.parse_budget_s:g} s of CPU to parse", None, answered
         except (ValueError, TypeError, IndexError, KeyError) as e:
             return "parse_error", f"{type(e).__name__}: {e}", None, answered
         if not reading.found:
@@ -274,29 +317,29 @@ class EngineScraper:
             )
         return "ok", "", reading, answered
 
-    async def _fetch(self, url: str) -> bytes:
+    async def _fetch(self, url: str, page: core.PageReader) -> None:
         session = self._session
         if session is None:
             session = self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=self._concurrency, keepalive_timeout=max(15.0, 3 * self.interval_s)
                 ),
-                headers={"Accept": ACCEPT, "User-Agent": "gpuscale-collector"},
-                auto_decompress=True,
+                # Uncompressed only: a compressed page's size says nothing of what it inflates to.
+                headers={"Accept": ACCEPT, "Accept-Encoding": "identity", "User-Agent": "gpuscale-collector"},
+                auto_decompress=False,
             )
         async with session.get(url, allow_redirects=False) as resp:
             if resp.status != 200:
                 raise _HttpStatus(f"HTTP {resp.status}")
-            if (resp.content_length or 0) > MAX_BODY_BYTES:
-                raise _TooLarge
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.content.iter_chunked(65536):
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise _TooLarge
-                chunks.append(chunk)
-            return b"".join(chunks)
+            encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise _HttpStatus(f"Content-Encoding {encoding[:40]!r}, not asked for")
+            if (resp.content_length or 0) > self.limits.max_bytes:
+                raise core.PageRefused("too_large", f"more than {self.limits.max_bytes} bytes")
+            # Each chunk is filtered as it comes (bytes operations, ~1 ms per 64 KiB):
+            # only the lines of the series read are kept.
+            async for chunk in resp.content.iter_chunked(CHUNK_BYTES):
+                page.feed(chunk)
 
     def _succeeded(
         self, key: PodKey, target: core.ScrapeTarget, reading: core.EngineReading, at: float
@@ -306,21 +349,20 @@ class EngineScraper:
         self._latest[key] = self._last_ok[key] = Reading(at, reading, flows)
         was = self._health.pop(key, None)
         if was is not None and was.failures >= core.FAILURES_BEFORE_BACKOFF:
-            self._log.info(
-                "engine_scrape_recovered", namespace=key[0], pod=key[1], after_failures=was.failures
-            )
+            self._pod_line("info", "engine_scrape_recovered", key, after_failures=was.failures)
         self._logged.pop(key, None)  # a new failure is worth a line again
         what = (reading.engines, reading.series)
         if self._what.get(key) != what:
             self._what[key] = what
-            self._log.info(
+            self._pod_line(
+                "info",
                 "engine_metrics_found",
-                namespace=key[0],
-                pod=key[1],
+                key,
                 url=target.url,
                 engine="+".join(reading.engines),
                 series=list(reading.series),
                 ignored=list(reading.problems),
+                ignored_total=sum(n for _, n in reading.rejected),
             )
 
     def _failed(self, key: PodKey, target: core.ScrapeTarget, outcome: str, detail: str, at: float) -> None:
@@ -335,7 +377,7 @@ class EngineScraper:
             "engine_scrape_failed",
             url=target.url,
             outcome=outcome,
-            detail=detail,
+            detail=detail[:MAX_DETAIL_CHARS],  # it may quote the page
             retry_in_s=round(max(0.0, health.retry_at - at), 1),
         )
 
@@ -345,7 +387,16 @@ class EngineScraper:
         if reason in seen:
             return
         seen.add(reason)
-        self._log.warning(event, namespace=key[0], pod=key[1], **context)
+        self._pod_line("warning", event, key, **context)
+
+    def _pod_line(self, level: str, event: str, key: PodKey, **context: Any) -> None:
+        """One line about a pod, at most one a minute per pod and event (the rest counted)."""
+        held = self._flaps.allow(event, *key)
+        if held is None:
+            return
+        if held:
+            context["suppressed"] = held
+        getattr(self._log, level)(event, namespace=key[0], pod=key[1], **context)
 
     async def close(self) -> None:
         tasks = list(self._in_flight.values())
@@ -357,11 +408,35 @@ class EngineScraper:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._parser is not None:
+            self._parser.shutdown(wait=False, cancel_futures=True)
+            self._parser = None
 
 
 class _HttpStatus(Exception):
     pass
 
 
-class _TooLarge(Exception):
+class _OverBudget(Exception):
     pass
+
+
+# How often (lines) the parser looks at the CPU it has spent on a page.
+_BUDGET_EVERY_LINES: Final = 8
+
+
+def _parse(kept: list[bytes], budget_s: float) -> core.EngineReading:
+    """The kept lines parsed and recognised, on the parser thread; _OverBudget past
+    ``budget_s`` of this thread's CPU time."""
+    started = time.thread_time()
+
+    def lines() -> Iterator[str]:
+        for i, line in enumerate(kept):
+            if i % _BUDGET_EVERY_LINES == 0 and time.thread_time() - started > budget_s:
+                raise _OverBudget
+            yield line.decode("utf-8", errors="replace")
+
+    reading = core.recognise(text_fd_to_metric_families(cast(TextIO, lines())))
+    if time.thread_time() - started > budget_s:
+        raise _OverBudget
+    return reading

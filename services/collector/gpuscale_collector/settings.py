@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from gpuscale.settings import (
     CommonSettings,
     boolean,
+    byte_size,
     choice,
     existing_file,
     non_empty,
@@ -19,6 +20,7 @@ from gpuscale.settings import (
     positive_int,
     seconds,
 )
+from gpuscale_collector.core import engines
 from gpuscale_collector.core.sim import parse_load_source
 
 
@@ -117,6 +119,51 @@ class CollectorSettings(CommonSettings):
         parse=positive_int,
         help="pods' metrics endpoints scraped at the same time, at most",
     )
+    # What one pod's page may cost (issue 32); defaults far above a real engine's page
+    # (3-30 KiB, tens to a few thousand lines, a few dozen of them read).
+    engine_max_page_bytes: int = option(
+        engines.DEFAULT_MAX_PAGE_BYTES,
+        "--engine-max-page-bytes",
+        env="GPUSCALE_ENGINE_MAX_PAGE_BYTES",
+        parse=byte_size,
+        help="a pod's metrics page longer than this is refused (too_large) and the pod backed off",
+    )
+    engine_max_page_lines: int = option(
+        engines.DEFAULT_MAX_PAGE_LINES,
+        "--engine-max-page-lines",
+        env="GPUSCALE_ENGINE_MAX_PAGE_LINES",
+        parse=positive_int,
+        help="a pod's metrics page of more lines is refused (too_many_lines)",
+    )
+    engine_max_series: int = option(
+        engines.DEFAULT_MAX_SERIES,
+        "--engine-max-series",
+        env="GPUSCALE_ENGINE_MAX_SERIES",
+        parse=positive_int,
+        help="lines of the engine series read (and their TYPE lines) one page may hold (too_many_series)",
+    )
+    engine_max_series_bytes: int = option(
+        engines.DEFAULT_MAX_SERIES_BYTES,
+        "--engine-max-series-bytes",
+        env="GPUSCALE_ENGINE_MAX_SERIES_BYTES",
+        parse=byte_size,
+        help="bytes of one line of an engine series read, labels included (label_bytes)",
+    )
+    engine_max_label_bytes: int = option(
+        engines.DEFAULT_MAX_LABEL_BYTES,
+        "--engine-max-label-bytes",
+        env="GPUSCALE_ENGINE_MAX_LABEL_BYTES",
+        parse=byte_size,
+        help="bytes of all the lines of the engine series read on one page (label_bytes)",
+    )
+    engine_parse_budget_s: float = option(
+        engines.DEFAULT_PARSE_BUDGET_S,
+        "--engine-parse-budget",
+        env="GPUSCALE_ENGINE_PARSE_BUDGET",
+        parse=seconds,
+        help="CPU time the parser may spend on one page (parse_time); pages are parsed one at a "
+        "time, off the sampling loop",
+    )
     buffer_batches: int = option(
         300,
         "--buffer-batches",
@@ -124,6 +171,16 @@ class CollectorSettings(CommonSettings):
         parse=positive_int,
         help="batches kept while NATS is unreachable (oldest dropped first)",
     )
+
+    @property
+    def engine_page_limits(self) -> engines.PageLimits:
+        return engines.PageLimits(
+            max_bytes=self.engine_max_page_bytes,
+            max_lines=self.engine_max_page_lines,
+            max_series=self.engine_max_series,
+            max_series_bytes=self.engine_max_series_bytes,
+            max_label_bytes=self.engine_max_label_bytes,
+        )
 
     @property
     def engine_timeout(self) -> float:

@@ -9,7 +9,9 @@ parsing, :func:`select_lines` keeps only the lines of the families read here:
 a real vLLM or SGLang exposition is mostly histograms (tens of KB a scrape),
 and parsing all of it eight times a second would cost more than the
 collector's whole CPU budget. The kept lines are parsed, never picked apart
-here.
+here. :class:`PageReader` does the same selection on the bytes as they stream
+in, within :class:`PageLimits` (a page is a tenant's: what it may cost is
+bounded, issue 32).
 
 What is read (the names as the engines' own sources and docs spell them;
 samples in /work/shared/engine_metrics and tests/fixtures/engine_metrics):
@@ -203,6 +205,118 @@ def select_lines(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith(_LINE_PREFIXES))
 
 
+# --- what a page may cost ---------------------------------------------------------------
+
+# Defaults, each far above what a real engine serves (tests/fixtures/engine_metrics:
+# 3-10 KiB, 9-115 lines, 1-24 lines kept, lines of at most 322 bytes; a vLLM pod
+# with 8 data-parallel engines ~4k lines, a Triton pod of 100 models ~700 kept).
+DEFAULT_MAX_PAGE_BYTES: Final = 2**20
+DEFAULT_MAX_PAGE_LINES: Final = 20_000
+DEFAULT_MAX_SERIES: Final = 1_000
+DEFAULT_MAX_SERIES_BYTES: Final = 2_048
+DEFAULT_MAX_LABEL_BYTES: Final = 64 * 1024
+DEFAULT_PARSE_BUDGET_S: Final = 0.02
+PAGE_REFUSALS: Final = ("too_large", "too_many_lines", "too_many_series", "label_bytes", "parse_time")
+
+
+@dataclass(frozen=True, slots=True)
+class PageLimits:
+    """What one pod's page may cost: the page (bytes, lines), and what is kept of it
+    for the parser (series, bytes of one series' line, bytes of them all)."""
+
+    max_bytes: int = DEFAULT_MAX_PAGE_BYTES
+    max_lines: int = DEFAULT_MAX_PAGE_LINES
+    max_series: int = DEFAULT_MAX_SERIES
+    max_series_bytes: int = DEFAULT_MAX_SERIES_BYTES
+    max_label_bytes: int = DEFAULT_MAX_LABEL_BYTES
+
+
+class PageRefused(Exception):
+    """A page over one of its limits; ``reason`` is a bounded label (PAGE_REFUSALS)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+_BYTE_PREFIXES: Final = tuple(p.encode() for p in _LINE_PREFIXES)
+_LONGEST_PREFIX: Final = max(len(p) for p in _BYTE_PREFIXES)
+
+
+class PageReader:
+    """A page read as it streams in: only the lines :func:`select_lines` would keep
+    are held, so memory does not grow with the page, and the page is refused at the
+    first limit it passes. Bytes in, bytes out (the shell decodes what is kept)."""
+
+    def __init__(self, limits: PageLimits) -> None:
+        self.limits = limits
+        self.size = 0
+        self.lines = 0
+        self.kept: list[bytes] = []
+        self.kept_bytes = 0
+        self._tail = b""  # the line the last chunk ended in
+        self._skipping = False  # inside a long line that is not kept: drop it as it comes
+
+    def feed(self, chunk: bytes) -> None:
+        limits = self.limits
+        self.size += len(chunk)
+        if self.size > limits.max_bytes:
+            raise PageRefused("too_large", f"more than {limits.max_bytes} bytes")
+        if self._skipping:
+            end = chunk.find(b"\n")
+            if end < 0:
+                return
+            chunk = chunk[end + 1 :]
+            self._skipping = False
+            self._count(1)
+        lines = (self._tail + chunk).split(b"\n")
+        self._tail = lines.pop()
+        self._count(len(lines))
+        self._keep([line for line in lines if line.startswith(_BYTE_PREFIXES)])
+        if len(self._tail) > max(limits.max_series_bytes, _LONGEST_PREFIX):
+            if self._tail.startswith(_BYTE_PREFIXES):
+                self._too_long()
+            self._tail = b""
+            self._skipping = True
+
+    def finish(self) -> list[bytes]:
+        """The kept lines, once the page has ended."""
+        if self._tail and not self._skipping:
+            self._count(1)
+            if self._tail.startswith(_BYTE_PREFIXES):
+                self._keep([self._tail])
+        self._tail = b""
+        return self.kept
+
+    def _count(self, lines: int) -> None:
+        self.lines += lines
+        if self.lines > self.limits.max_lines:
+            raise PageRefused("too_many_lines", f"more than {self.limits.max_lines} lines")
+
+    def _keep(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        limits = self.limits
+        if len(self.kept) + len(lines) > limits.max_series:
+            raise PageRefused(
+                "too_many_series", f"more than {limits.max_series} lines of the engine series read"
+            )
+        if max(map(len, lines)) > limits.max_series_bytes:
+            self._too_long()
+        self.kept_bytes += sum(map(len, lines))
+        if self.kept_bytes > limits.max_label_bytes:
+            raise PageRefused(
+                "label_bytes", f"the engine series read hold more than {limits.max_label_bytes} bytes"
+            )
+        self.kept.extend(lines)
+
+    def _too_long(self) -> None:
+        raise PageRefused(
+            "label_bytes", f"a line of an engine series longer than {self.limits.max_series_bytes} bytes"
+        )
+
+
 class SampleLike(Protocol):
     """A parsed sample (``prometheus_client.samples.Sample`` fits)."""
 
@@ -248,7 +362,9 @@ class EngineReading:
     requests_finished: float | None = None  # the finished-request counters, summed
     # Each counter series on its own: a reset of one can hide in the sum.
     finished_series: tuple[tuple[CounterKey, float], ...] = ()
-    problems: tuple[str, ...] = ()  # series left out, and why (for the log)
+    problems: tuple[str, ...] = ()  # series left out, and why (for the log): the first few
+    # Values left out, by reason (REJECTED_REASONS), however many: for the counters.
+    rejected: tuple[tuple[str, int], ...] = ()
 
     @property
     def found(self) -> bool:
@@ -314,6 +430,29 @@ def _in_pod(reading: EngineReading) -> float | None:
     return held if math.isfinite(held) else None
 
 
+# Why a value or series was left out: the label values of the rejected-values counter.
+REJECTED_REASONS: Final = ("non_finite", "negative", "not_fraction", "wrong_type", "overflow")
+# Problems kept in words per reading (for its log line); the rest are only counted.
+MAX_PROBLEM_TEXTS: Final = 5
+
+
+class _Problems:
+    """What was left out: every one counted by reason, the first few in words."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.texts: list[str] = []
+
+    def add(self, reason: str, text: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if len(self.texts) < MAX_PROBLEM_TEXTS:
+            self.texts.append(text)
+
+
+def _bad_value(value: float) -> str:
+    return "negative" if math.isfinite(value) else "non_finite"
+
+
 def recognise(families: Iterable[FamilyLike]) -> EngineReading:
     """The engine gauges among parsed families, summed (queues) or averaged (KV),
     and the finished-request counters, summed."""
@@ -328,7 +467,7 @@ def recognise(families: Iterable[FamilyLike]) -> EngineReading:
     kv: list[float] = []
     engines: set[str] = set()
     used: set[str] = set()
-    problems: list[str] = []
+    problems = _Problems()
     for name, found in by_name.items():
         for spec in SERIES[name]:
             if spec.fallback_for is not None and spec.fallback_for in by_name:
@@ -343,12 +482,12 @@ def recognise(families: Iterable[FamilyLike]) -> EngineReading:
             else:
                 sums[spec.signal] = sums.get(spec.signal, 0.0) + _sum(values)
     for signal in [s for s, total in sums.items() if not math.isfinite(total)]:
-        problems.append(f"{signal.value} adds up past the largest number")
+        problems.add("overflow", f"{signal.value} adds up past the largest number")
         del sums[signal]
     finished = _finished(counters, engines, used, problems)
     requests_finished = _sum(finished.values()) if finished is not None else None
     if finished is not None and not math.isfinite(requests_finished or 0.0):
-        problems.append("the finished-request counters add up past the largest number")
+        problems.add("overflow", "the finished-request counters add up past the largest number")
         finished = requests_finished = None
     return EngineReading(
         engines=tuple(sorted(engines)),
@@ -358,7 +497,8 @@ def recognise(families: Iterable[FamilyLike]) -> EngineReading:
         kv_cache_usage=min(100.0, math.fsum(kv) / len(kv)) if kv else None,
         requests_finished=requests_finished,
         finished_series=tuple(sorted(finished.items())) if finished is not None else (),
-        problems=tuple(problems),
+        problems=tuple(problems.texts),
+        rejected=tuple(sorted(problems.counts.items())),
     )
 
 
@@ -366,7 +506,7 @@ def _finished(
     counters: list[tuple[FinishedCounter, FamilyLike]],
     engines: set[str],
     used: set[str],
-    problems: list[str],
+    problems: _Problems,
 ) -> dict[CounterKey, float] | None:
     """Each finished-request counter series' value; None when there are none, or
     when one is unusable (the sum without it would look like a reset, or a
@@ -376,7 +516,7 @@ def _finished(
     unusable = False
     for spec, family in counters:
         if family.type not in (spec.kind, "untyped", "unknown"):
-            problems.append(f"{family.name} is a {family.type}, not a {spec.kind}")
+            problems.add("wrong_type", f"{family.name} is a {family.type[:40]}, not a {spec.kind}")
             continue
         # A counter without a TYPE line keeps the name it was written with.
         names = (spec.sample, spec.family) if spec.kind == "counter" else (spec.sample,)
@@ -385,7 +525,7 @@ def _finished(
                 continue
             value = float(sample.value)
             if not math.isfinite(value) or value < 0.0:
-                problems.append(f"{sample.name}={value} is not a count of requests")
+                problems.add(_bad_value(value), f"{sample.name}={value} is not a count of requests")
                 unusable = True
                 continue
             key = (spec.sample, tuple(sorted(sample.labels.items())))
@@ -398,12 +538,12 @@ def _finished(
     return values
 
 
-def _values(name: str, spec: Series, families: list[FamilyLike], problems: list[str]) -> list[float]:
+def _values(name: str, spec: Series, families: list[FamilyLike], problems: _Problems) -> list[float]:
     """The usable sample values of one family for one series (fractions as %)."""
     out: list[float] = []
     for family in families:
         if family.type not in ("gauge", "untyped", "unknown"):
-            problems.append(f"{name} is a {family.type}, not a gauge")
+            problems.add("wrong_type", f"{name} is a {family.type[:40]}, not a gauge")
             continue
         for sample in family.samples:
             if sample.name != name:
@@ -412,11 +552,11 @@ def _values(name: str, spec: Series, families: list[FamilyLike], problems: list[
                 continue
             value = float(sample.value)
             if not math.isfinite(value) or value < 0.0:
-                problems.append(f"{name}={value} is not a count or fraction")
+                problems.add(_bad_value(value), f"{name}={value} is not a count or fraction")
                 continue
             if spec.fraction:
                 if value > 1.0 + _FRACTION_SLACK:
-                    problems.append(f"{name}={value:g} is not a 0-1 fraction")
+                    problems.add("not_fraction", f"{name}={value:g} is not a 0-1 fraction")
                     continue
                 value = min(value, 1.0) * 100.0
             out.append(value)
