@@ -1,4 +1,4 @@
-"""Collector cost at 1 Hz on an 8-GPU node (DESIGN.md §7: under 1 % of one core, 60 MB RSS).
+"""Collector cost at 1 Hz on an 8-GPU node (docs/ARCHITECTURE.md#budgets: under 1 % of one core, 60 MB RSS).
 
 Runs ``gpuscale collector --backend sim --sim-gpus 8 --interval 1`` as a
 subprocess against a private nats-server, waits for its first batch (start-up
@@ -7,7 +7,7 @@ excluded), then samples the process's CPU time and RSS for --duration seconds.
     .venv/bin/python bench/collector_bench.py --duration 60
     .venv/bin/python bench/collector_bench.py --duration 60 --engine-pods 8
 
-``--engine-pods N`` (issue 14) measures, in the same run, the collector as it
+``--engine-pods N`` measures, in the same run, the collector as it
 runs in a cluster with inference servers: GPUs and owners from a kube-sim
 node of 8 GPUs (``--sim-source kube-sim``), the pod watch of its node through
 the API (kubernetes-asyncio), and N vLLM-like pods kube-sim serves /metrics

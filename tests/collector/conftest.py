@@ -65,6 +65,26 @@ class FakeGpu:
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used bytes)
     proc_util: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, ts µs, sm %)
     migs: list[FakeMig] = field(default_factory=list)
+    # dcgm-exporter's other counters: defaults are what a real H200 under load returned
+    # (bench/results/nvml-h200-2026-11-26), in NVML's own types and units.
+    pci_bus_id: str = "00000000:00:06.0"
+    sm_clock_mhz: int = 1410
+    mem_clock_mhz: int = 3201
+    memory_temp_c: int = 47
+    energy_mj: int = 12_942_822
+    pcie_replays: int = 0
+    enc_util: int = 0
+    dec_util: int = 0
+    reserved_mib: float = 615.1  # v1's used = v2's used + this
+    nvlink: bool = True  # an NVLink board; a lone PCIe card (the H200 read) says NOT_SUPPORTED
+    nvlink_kib: tuple[int, int] = (1_000_000, 2_000_000)  # (data TX, data RX) KiB, all links
+    virtualization_mode: int = 1  # NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # (corr, unc, pending, failure)
+    tensor_active: float = 89.114  # GPM %
+    dram_active: float = 16.119  # GPM %
+    pcie_tx_mib_s: float = 1296.993  # GPM MiB/s
+    pcie_rx_mib_s: float = 1219.704
+    xids: list[int] = field(default_factory=list)  # critical XIDs pending on the event set
 
 
 class FakeNvml:
@@ -75,6 +95,7 @@ class FakeNvml:
         self.calls: Counter[tuple[str, str]] = Counter()  # (function, uuid)
         self.library_missing = False
         self._samples: dict[int, Any] = {}  # GPM sample address -> device taken
+        self._event_sets: dict[int, list[FakeGpu]] = {}  # event set id -> GPUs registered
         self._next_addr = 0x1000
         for name in dir(self):
             if name.startswith("nvml"):
@@ -83,9 +104,9 @@ class FakeNvml:
 
     # --- helpers ---------------------------------------------------------------
 
-    def _dev(self, fn: str, handle: Any) -> Any:
+    def _dev(self, fn: str, handle: Any, counted: str | None = None) -> Any:
         uuid = handle.uuid
-        self.calls[(fn, uuid)] += 1
+        self.calls[(counted or fn, uuid)] += 1
         gpu = handle if isinstance(handle, FakeGpu) else self._parent_of(handle)
         if gpu.lost:
             raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
@@ -131,9 +152,19 @@ class FakeNvml:
         g = self._dev("nvmlDeviceGetUtilizationRates", h)
         return SimpleNamespace(gpu=g.util, memory=g.mem_util)
 
-    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
-        g = self._dev("nvmlDeviceGetMemoryInfo", h)
-        return SimpleNamespace(used=int(g.used_mib * MIB), free=int(g.free_mib * MIB))
+    def nvmlDeviceGetMemoryInfo(self, h: Any, version: int | None = None) -> Any:
+        if not version:
+            g = self._dev("nvmlDeviceGetMemoryInfo", h)
+            reserved = getattr(g, "reserved_mib", 0.0)  # v1's used includes the driver's reserve
+            return SimpleNamespace(used=int((g.used_mib + reserved) * MIB), free=int(g.free_mib * MIB))
+        assert version == pynvml.nvmlMemory_v2
+        g = self._dev("nvmlDeviceGetMemoryInfo_v2", h)
+        return SimpleNamespace(
+            version=version,
+            used=int(g.used_mib * MIB),
+            free=int(g.free_mib * MIB),
+            reserved=int(getattr(g, "reserved_mib", 0.0) * MIB),
+        )
 
     def nvmlDeviceGetTemperature(self, h: Any, _sensor: int) -> int:
         return int(self._dev("nvmlDeviceGetTemperature", h).temp_c)
@@ -172,6 +203,93 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
         return [SimpleNamespace(pid=p, timeStamp=ts, smUtil=sm, memUtil=0) for p, ts, sm in fresh]
 
+    def nvmlDeviceGetPciInfo(self, h: Any) -> Any:
+        g = self._dev("nvmlDeviceGetPciInfo", h)
+        return SimpleNamespace(busId=g.pci_bus_id.encode(), busIdLegacy=g.pci_bus_id[4:].encode())
+
+    def nvmlDeviceGetClockInfo(self, h: Any, clock: int) -> int:
+        g = self._dev("nvmlDeviceGetClockInfo", h, counted=f"nvmlDeviceGetClockInfo:{clock}")
+        return int(g.sm_clock_mhz if clock == pynvml.NVML_CLOCK_SM else g.mem_clock_mhz)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: Any) -> int:
+        return int(self._dev("nvmlDeviceGetTotalEnergyConsumption", h).energy_mj)
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: Any) -> int:
+        return int(self._dev("nvmlDeviceGetPcieReplayCounter", h).pcie_replays)
+
+    def nvmlDeviceGetEncoderUtilization(self, h: Any) -> list[int]:
+        return [int(self._dev("nvmlDeviceGetEncoderUtilization", h).enc_util), 100_000]  # [%, period µs]
+
+    def nvmlDeviceGetDecoderUtilization(self, h: Any) -> list[int]:
+        return [int(self._dev("nvmlDeviceGetDecoderUtilization", h).dec_util), 100_000]
+
+    def nvmlDeviceGetVirtualizationMode(self, h: Any) -> int:
+        return int(self._dev("nvmlDeviceGetVirtualizationMode", h).virtualization_mode)
+
+    def nvmlDeviceGetGridLicensableFeatures(self, h: Any) -> Any:
+        self._dev("nvmlDeviceGetGridLicensableFeatures", h)
+        licensed = SimpleNamespace(featureCode=1, featureState=1, featureEnabled=1)
+        return SimpleNamespace(
+            isGridLicenseSupported=1, licensableFeaturesCount=1, gridLicensableFeatures=[licensed]
+        )
+
+    def nvmlDeviceGetRemappedRows(self, h: Any) -> tuple[int, int, int, int]:
+        return tuple(self._dev("nvmlDeviceGetRemappedRows", h).remapped_rows)  # type: ignore[return-value]  # the table is typed loosely
+
+    def nvmlDeviceGetFieldValues(self, h: Any, field_ids: list[Any]) -> Any:
+        g = self._dev("nvmlDeviceGetFieldValues", h)
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        nvlink = {
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: g.nvlink_kib[0],
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: g.nvlink_kib[1],
+        }
+        names = {
+            getattr(pynvml, n): n
+            for n in (
+                "NVML_FI_DEV_MEMORY_TEMP",
+                *(f for f in dir(pynvml) if f.startswith("NVML_FI_DEV_NVLINK_THROUGHPUT")),
+            )
+        }
+        for i, requested in enumerate(field_ids):
+            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+            v = values[i]
+            v.fieldId, v.scopeId, v.nvmlReturn = field_id, scope, pynvml.NVML_SUCCESS
+            if names.get(field_id) in g.unsupported:
+                v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            elif field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
+                v.valueType, v.value.uiVal = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, g.memory_temp_c
+            elif field_id in nvlink and g.nvlink and scope == 0xFFFFFFFF:
+                v.valueType, v.value.ullVal = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, nvlink[field_id]
+            elif field_id in nvlink:
+                v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED  # what the H200 (no NVLink) said
+            else:
+                v.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+        return values
+
+    def nvmlEventSetCreate(self) -> Any:
+        key = len(self._event_sets) + 1
+        self._event_sets[key] = []
+        return key
+
+    def nvmlDeviceRegisterEvents(self, h: Any, mask: int, event_set: Any) -> None:
+        g = self._dev("nvmlDeviceRegisterEvents", h)
+        assert mask == pynvml.nvmlEventTypeXidCriticalError
+        self._event_sets[event_set].append(g)
+
+    def nvmlEventSetWait(self, event_set: Any, timeout_ms: int) -> Any:
+        assert timeout_ms == 0, "the collector must never block on the event set"
+        for g in self._event_sets[event_set]:
+            self.calls[("nvmlEventSetWait", g.uuid)] += 1
+            if g.xids:
+                data = pynvml.c_nvmlEventData_t()
+                data.eventType = pynvml.nvmlEventTypeXidCriticalError
+                data.eventData = g.xids.pop(0)
+                return data
+        raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, event_set: Any) -> None:
+        self._event_sets.pop(event_set, None)
+
     def nvmlGpmQueryDeviceSupport(self, h: Any) -> Any:
         g = self._dev("nvmlGpmQueryDeviceSupport", h)
         return SimpleNamespace(isSupportedDevice=1 if g.gpm else 0)
@@ -199,12 +317,27 @@ class FakeNvml:
         for i in range(request.numMetrics):
             metric = request.metrics[i]
             metric.nvmlReturn = pynvml.NVML_SUCCESS
-            if metric.metricId == pynvml.NVML_GPM_METRIC_SM_UTIL:
-                metric.value = dev.sm_active
-            elif metric.metricId == pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL:
-                metric.value = dev.graphics
-            else:
+            name = next(
+                (
+                    n
+                    for n, v in vars(pynvml).items()
+                    if n.startswith("NVML_GPM_METRIC_") and v == metric.metricId
+                ),
+                "",
+            )
+            value = {
+                "NVML_GPM_METRIC_SM_UTIL": dev.sm_active,
+                "NVML_GPM_METRIC_GRAPHICS_UTIL": dev.graphics,
+                "NVML_GPM_METRIC_ANY_TENSOR_UTIL": getattr(dev, "tensor_active", None),
+                "NVML_GPM_METRIC_DRAM_BW_UTIL": getattr(dev, "dram_active", None),
+                "NVML_GPM_METRIC_PCIE_TX_PER_SEC": getattr(dev, "pcie_tx_mib_s", None),
+                "NVML_GPM_METRIC_PCIE_RX_PER_SEC": getattr(dev, "pcie_rx_mib_s", None),
+            }.get(name)
+            unsupported = name in getattr(dev, "unsupported", set())
+            if value is None or unsupported:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            else:
+                metric.value = value
         return request
 
 

@@ -19,6 +19,7 @@ from gpuscale_collector.core.exposition import (
     MigInfo,
     render,
 )
+from gpuscale_collector.core.readings import DcgmFields
 from gpuscale_collector.core.schedule import next_tick, node_phase
 from gpuscale_collector.core.sim import (
     KUBE_SIM,
@@ -229,15 +230,31 @@ def owner(pod: str, sm: float | None = None) -> GpuOwner:
 
 def test_render_dcgm_labels_and_values() -> None:
     batch = SampleBatch("node-a", 1.0, 1, 1.0, (sample("GPU-a", 0), sample("GPU-b", 1, owner("p1"))))
-    rows = render(batch, "node-a")
+    fields = DcgmFields(pci_bus_id="00000000:00:06.0", driver_version="580.159.04")
+    rows = render(batch, "node-a", dcgm={"GPU-a": fields})
     util = {dict(labels)["UUID"]: (dict(labels), v) for labels, v in rows[GPU_UTIL]}
+    # dcgm-exporter's labels, in its order.
+    assert list(util["GPU-a"][0]) == [
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "Hostname",
+        "DCGM_FI_DRIVER_VERSION",
+        "container",
+        "namespace",
+        "pod",
+    ]
     assert util["GPU-a"] == (
         {
             "gpu": "0",
             "UUID": "GPU-a",
+            "pci_bus_id": "00000000:00:06.0",
             "device": "nvidia0",
             "modelName": "H100",
             "Hostname": "node-a",
+            "DCGM_FI_DRIVER_VERSION": "580.159.04",
             "container": "",
             "namespace": "",
             "pod": "",

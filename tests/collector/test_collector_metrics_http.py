@@ -23,7 +23,18 @@ DCGM_NAMES = (
     "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_PROF_SM_ACTIVE",
 )
-LABELS = {"gpu", "UUID", "device", "modelName", "Hostname", "container", "namespace", "pod"}
+LABELS = {
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "Hostname",
+    "DCGM_FI_DRIVER_VERSION",
+    "container",
+    "namespace",
+    "pod",
+}
 
 
 class ScriptedBackend:
@@ -94,9 +105,11 @@ async def test_metrics_carry_dcgm_names_and_labels(kit: Any) -> None:
     assert util["0"].labels == {
         "gpu": "0",
         "UUID": "GPU-00000000-0000-0000-0000-000000000000",
+        "pci_bus_id": "",  # this scripted backend reads no PCI address
         "device": "nvidia0",
         "modelName": "NVIDIA H100 80GB HBM3",
         "Hostname": "gpu-node-7",
+        "DCGM_FI_DRIVER_VERSION": "",
         "container": "server",
         "namespace": "ml",
         "pod": "bert-a",

@@ -32,7 +32,7 @@ from gpuscale_collector.core.attribution import Attribution, build_batch, pids_t
 from gpuscale_collector.core.buffer import BoundedBuffer
 from gpuscale_collector.core.cgroup import CgroupIdentity, parse_cgroup
 from gpuscale_collector.core.devices import ContainerRef, owners_by_device
-from gpuscale_collector.core.readings import DeviceReading
+from gpuscale_collector.core.readings import DcgmFields, DeviceReading
 from gpuscale_collector.core.schedule import next_tick, node_phase
 from gpuscale_collector.prom import CollectorMetrics, DcgmCollector
 from gpuscale_collector.settings import CollectorSettings
@@ -172,6 +172,8 @@ class Collector:
             self.settings.node_name, self.settings.buffer_batches, self.metrics, ctx.metrics
         )
         self.last_batch: SampleBatch | None = None
+        # The /metrics-only dcgm fields of the last tick by device UUID (never on the wire).
+        self.last_dcgm: dict[str, DcgmFields] = {}
         self.seq = 0
         self.backend_ready = False
         self.device_holders: dict[str, tuple[ContainerRef, ...]] = {}
@@ -183,7 +185,12 @@ class Collector:
         self._pod_resources_ok: bool | None = None
         self._relogin: asyncio.Task[None] | None = None
         ctx.metrics.registry.register(
-            DcgmCollector(lambda: self.last_batch, self.settings.node_name, self.backend.mig_info)
+            DcgmCollector(
+                lambda: self.last_batch,
+                self.settings.node_name,
+                self.backend.mig_info,
+                lambda: self.last_dcgm,
+            )
         )
         ctx.http.add_readiness("nats", lambda: is_connected(self.publisher.nc))
         ctx.http.add_readiness(
@@ -353,6 +360,7 @@ class Collector:
             self.settings.node_name, now, self.seq, self.settings.interval_s, readings, attribution
         )
         self.last_batch = batch
+        self.last_dcgm = {r.uuid: r.dcgm for r in readings if r.dcgm is not None}
         self.metrics.ticks.inc()
         self.metrics.gpus.set(len(batch.gpus))
         self.publisher.submit(batch)

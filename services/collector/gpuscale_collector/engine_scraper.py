@@ -1,4 +1,4 @@
-"""Scrapes the inference-server metrics of this node's GPU pods (issue 14): the I/O shell.
+"""Scrapes the inference-server metrics of this node's GPU pods: the I/O shell.
 
 Each round (once per sampling interval, half an interval before the GPU
 tick) it asks every GPU pod that names a metrics port for its metrics, all
@@ -9,7 +9,7 @@ scrapes keep failing is tried less often (:func:`core.engines.failed`). What
 the pod said is recognised by the pure :mod:`gpuscale_collector.core.engines`
 after ``prometheus_client``'s text parser has read the lines it needs.
 
-One pod's page cannot hurt the node (issue 32). The body streams through
+One pod's page cannot hurt the node (docs/ARCHITECTURE.md#fault-model). The body streams through
 :class:`core.engines.PageReader` as it arrives: only the lines of the series
 read are held (memory does not grow with the page), and a page over a bound
 (bytes, lines, series, bytes of one series' line or of them all) is refused

@@ -11,11 +11,28 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from gpuscale.wire import SampleBatch
-from gpuscale_collector.core.exposition import FAMILIES, MigInfo, render
+from gpuscale_collector.core.exposition import FAMILIES, Family, MigInfo, render
+from gpuscale_collector.core.readings import DcgmFields
+
+
+class _DcgmName(str):
+    """A counter family's name that the text exposition does not suffix with ``_total``:
+    dcgm-exporter writes ``# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter`` and
+    dashboards query that exact name."""
+
+    __slots__ = ()
+
+    def __add__(self, other: str) -> str:
+        return str(self) if other == "_total" else str.__add__(self, other)
+
+
+def _family(family: Family) -> Metric:
+    name = _DcgmName(family.name) if family.kind == "counter" else family.name
+    return Metric(name, family.help, family.kind)
 
 
 class DcgmCollector(Collector):
@@ -24,19 +41,21 @@ class DcgmCollector(Collector):
         latest: Callable[[], SampleBatch | None],
         hostname: str,
         mig: Callable[[], Mapping[str, MigInfo]],
+        dcgm: Callable[[], Mapping[str, DcgmFields]] = dict,
     ) -> None:
         self._latest = latest
         self._hostname = hostname
         self._mig = mig
+        self._dcgm = dcgm
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[Metric]:
         for family in FAMILIES:
-            yield GaugeMetricFamily(family.name, family.help)
+            yield _family(family)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        rows = render(self._latest(), self._hostname, self._mig())
+    def collect(self) -> Iterator[Metric]:
+        rows = render(self._latest(), self._hostname, self._mig(), self._dcgm())
         for family, series in rows.items():
-            metric = GaugeMetricFamily(family.name, family.help)
+            metric = _family(family)
             for labels, value in series:
                 metric.add_sample(family.name, dict(labels), value)
             yield metric

@@ -1,4 +1,4 @@
-"""Collector options (DESIGN.md §2)."""
+"""Collector options (docs/ARCHITECTURE.md#options)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ class CollectorSettings(CommonSettings):
         parse=positive_int,
         help="pods' metrics endpoints scraped at the same time, at most",
     )
-    # What one pod's page may cost (issue 32); defaults far above a real engine's page
+    # What one pod's page may cost (a tenant's input is bounded); defaults far above a real engine's page
     # (3-30 KiB, tens to a few thousand lines, a few dozen of them read).
     engine_max_page_bytes: int = option(
         engines.DEFAULT_MAX_PAGE_BYTES,

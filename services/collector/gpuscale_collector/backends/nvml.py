@@ -21,7 +21,7 @@ from gpuscale.wire import HEALTH_OK
 from gpuscale_collector.backends import nvml_api as api
 from gpuscale_collector.backends.base import BackendUnavailable
 from gpuscale_collector.core.exposition import MigInfo
-from gpuscale_collector.core.readings import DeviceReading, ProcessReading
+from gpuscale_collector.core.readings import DcgmFields, DeviceReading, ProcessReading
 
 T = TypeVar("T")
 
@@ -31,6 +31,26 @@ LIBRARY_MISSING_HELP = (
 )
 # MIG layouts change only when an admin reconfigures the GPU: look again now and then.
 MIG_RESCAN_TICKS = 30
+# Counters that change slowly and cost milliseconds a call (energy 3-5 ms, row remapper
+# ~1.5 ms on an H200): read every this many ticks, the last value served between.
+SLOW_EVERY_TICKS = 10
+# At most this many XID events taken from a GPU's event set per tick (the last one is shown).
+XID_EVENTS_PER_TICK = 16
+# One nvmlDeviceGetFieldValues per GPU per tick: memory temperature and NVLink data (KiB, all links).
+FIELDS = (
+    "NVML_FI_DEV_MEMORY_TEMP",
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
+)
+NVLINK_FIELDS = frozenset(FIELDS[1:])
+# GPM metric -> (DCGM field, factor to dcgm-exporter's unit): % -> ratio, MiB/s -> B/s.
+GPM_TO_DCGM = {
+    "NVML_GPM_METRIC_GRAPHICS_UTIL": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.01),
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.01),
+    "NVML_GPM_METRIC_DRAM_BW_UTIL": ("DCGM_FI_PROF_DRAM_ACTIVE", 0.01),
+    "NVML_GPM_METRIC_PCIE_TX_PER_SEC": ("DCGM_FI_PROF_PCIE_TX_BYTES", float(api.MIB)),
+    "NVML_GPM_METRIC_PCIE_RX_PER_SEC": ("DCGM_FI_PROF_PCIE_RX_BYTES", float(api.MIB)),
+}
 UTIL_UNSUPPORTED = "UtilizationNotSupported"
 NO_SAMPLE_YET = "NoSampleYet"
 
@@ -80,6 +100,11 @@ class _Gpu:
     migs: list[_Mig] = field(default_factory=list)
     mig_on: bool = False
     ticks_since_mig_scan: int = MIG_RESCAN_TICKS
+    pci_bus_id: str = ""
+    xid_set: Any = None  # the NVML event set of this GPU's critical XIDs
+    xid: int | None = None  # last XID since start; None until the event set exists
+    slow: dict[str, float] = field(default_factory=dict)  # SLOW_EVERY_TICKS values, last read
+    ticks_since_slow: int = SLOW_EVERY_TICKS
 
 
 class NvmlBackend:
@@ -93,6 +118,9 @@ class NvmlBackend:
         self._log = get_logger(component="nvml")
         self._logged: set[tuple[str, ...]] = set()
         self._mig_info: dict[str, MigInfo] = {}
+        self._driver = ""
+        self._field_ids: dict[str, int] = {}
+        self._gpm_ids: dict[str, int] = {}
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -107,6 +135,9 @@ class NvmlBackend:
         except api.NvmlError as e:
             raise BackendUnavailable(f"NVML cannot count GPUs: {e}") from None
         now_us = api.now_us()
+        self._driver = self._driver_version()
+        self._field_ids = api.field_ids(FIELDS)
+        self._gpm_ids = api.gpm_metric_ids()
         for index in range(count):
             gpu = _Gpu(index=index, handle=None, uuid=f"GPU-unknown-{index}", model="")
             try:
@@ -118,7 +149,7 @@ class NvmlBackend:
                 self._once("nvml_gpu_unreadable_at_start", index=index, error=str(e))
             gpu.process_since_us = now_us
             self._gpus.append(gpu)
-        self._log.info("nvml_started", gpus=count, driver=self._driver_version())
+        self._log.info("nvml_started", gpus=count, driver=self._driver)
 
     def _driver_version(self) -> str:
         try:
@@ -136,6 +167,7 @@ class NvmlBackend:
 
     def _close_sync(self) -> None:
         for gpu in self._gpus:
+            self._free_xid_events(gpu)
             for gpm in [gpu.gpm, *(m.gpm for m in gpu.migs)]:
                 for s in gpm.samples if gpm else ():
                     with contextlib.suppress(api.NvmlError):
@@ -171,8 +203,16 @@ class NvmlBackend:
     def _unhealthy(self, gpu: _Gpu) -> DeviceReading:
         return DeviceReading(uuid=gpu.uuid, index=gpu.index, model=gpu.model, health=gpu.lost or "Unknown")
 
+    def _free_xid_events(self, gpu: _Gpu) -> None:
+        if gpu.xid_set is not None:
+            with contextlib.suppress(api.NvmlError):
+                api.free_events(gpu.xid_set)
+            gpu.xid_set = None
+
     def _mark_lost(self, gpu: _Gpu, e: api.NvmlError) -> None:
         gpu.lost = e.name
+        self._free_xid_events(gpu)
+        gpu.slow = {}
         gpu.gpm = None
         gpu.gpm_checked = False
         gpu.migs = []
@@ -193,6 +233,8 @@ class NvmlBackend:
             self._log.warning("gpu_replaced", gpu=gpu.index, old_uuid=gpu.uuid, uuid=found)
         gpu.handle, gpu.uuid, gpu.lost = handle, found, None
         gpu.unsupported.clear()
+        gpu.pci_bus_id = ""
+        gpu.ticks_since_slow = SLOW_EVERY_TICKS
         gpu.process_since_us = api.now_us()
         gpu.ticks_since_mig_scan = MIG_RESCAN_TICKS
         self._log.info("gpu_recovered", gpu=gpu.index, uuid=gpu.uuid)
@@ -230,12 +272,13 @@ class NvmlBackend:
             self._scan_mig(gpu)
         temp = self._optional(gpu, "temperature", lambda: api.temperature_c(h))
         power = self._optional(gpu, "power", lambda: api.power_w(h))
+        device = self._device_fields(gpu)
         if gpu.mig_on:
             # A MIG-enabled parent reports no utilization; its MIG devices are the samples.
-            return [self._read_mig(gpu, m, temp, power) for m in gpu.migs]
+            return [self._read_mig(gpu, m, temp, power, device) for m in gpu.migs]
         util = self._optional(gpu, "utilization", lambda: api.utilization(h))
-        mem = self._optional(gpu, "memory", lambda: api.memory_mib(h))
-        sm_active = self._gpm_sm_active(gpu, lambda s: api.gpm_sample(h, s))[0]
+        mem = self._memory(gpu, h)
+        gpm = self._gpm_values(gpu, lambda s: api.gpm_sample(h, s))
         processes = self._processes(gpu, h)
         health = HEALTH_OK if util is not None else UTIL_UNSUPPORTED
         return [
@@ -249,11 +292,117 @@ class NvmlBackend:
                 fb_free_mib=None if mem is None else round(mem[1], 1),
                 temp_c=temp,
                 power_w=None if power is None else round(power, 3),
-                sm_active=sm_active,
+                sm_active=_pct(gpm.get("NVML_GPM_METRIC_SM_UTIL")),
                 health=health,
                 processes=processes,
+                dcgm=self._dcgm(gpu, device, mem, gpm),
             )
         ]
+
+    def _memory(self, owner: _Gpu | _Mig, handle: Any) -> tuple[float, float, float | None] | None:
+        """(used, free, reserved) MiB: v2 where the driver has it (used without the reserve,
+        as DCGM counts it), else v1 (used includes it) with no reserved figure."""
+        v2 = self._optional(owner, "memory_v2", lambda: api.memory_v2_mib(handle))
+        if v2 is not None:
+            return v2
+        if "memory_v2" not in owner.unsupported:
+            return None  # v2 failed this tick: no figure rather than v1's different one
+        v1 = self._optional(owner, "memory", lambda: api.memory_mib(handle))
+        return None if v1 is None else (v1[0], v1[1], None)
+
+    def _device_fields(self, gpu: _Gpu) -> list[tuple[str, float]]:
+        """The whole board's dcgm-only values this tick (a MIG device shows its parent's)."""
+        h = gpu.handle
+        if not gpu.pci_bus_id:
+            gpu.pci_bus_id = self._optional(gpu, "pci_info", lambda: api.pci_bus_id(h)) or ""
+        values: list[tuple[str, float]] = []
+
+        def add(name: str, value: float | None) -> None:
+            if value is not None:
+                values.append((name, value))
+
+        add("DCGM_FI_DEV_SM_CLOCK", self._optional(gpu, "clock_sm", lambda: api.clock_mhz(h, "SM")))
+        add("DCGM_FI_DEV_MEM_CLOCK", self._optional(gpu, "clock_mem", lambda: api.clock_mhz(h, "MEM")))
+        add("DCGM_FI_DEV_ENC_UTIL", self._optional(gpu, "encoder_utilization", lambda: api.encoder_util(h)))
+        add("DCGM_FI_DEV_DEC_UTIL", self._optional(gpu, "decoder_utilization", lambda: api.decoder_util(h)))
+        fields = self._fields(gpu)
+        add("DCGM_FI_DEV_MEMORY_TEMP", fields.get("NVML_FI_DEV_MEMORY_TEMP"))
+        if fields.keys() >= NVLINK_FIELDS:
+            add("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", sum(fields[n] for n in NVLINK_FIELDS))
+        values.extend(self._slow_fields(gpu).items())
+        self._poll_xid(gpu)
+        return values
+
+    def _fields(self, gpu: _Gpu) -> dict[str, float]:
+        """NVML field values, one call; a field NVML refuses is not asked again."""
+        ids = {n: i for n, i in self._field_ids.items() if f"field:{n}" not in gpu.unsupported}
+        if not ids:
+            return {}
+        got = self._optional(
+            gpu, "field_values", lambda: api.field_values(gpu.handle, ids, all_links=NVLINK_FIELDS)
+        )
+        out: dict[str, float] = {}
+        for name, value in (got or {}).items():
+            if isinstance(value, api.NvmlError):
+                self._failed(gpu, f"field:{name}", value)
+            else:
+                out[name] = value
+        return out
+
+    def _slow_fields(self, gpu: _Gpu) -> dict[str, float]:
+        gpu.ticks_since_slow += 1
+        if gpu.ticks_since_slow < SLOW_EVERY_TICKS:
+            return gpu.slow
+        gpu.ticks_since_slow = 0
+        h = gpu.handle
+        energy = self._optional(gpu, "total_energy", lambda: api.total_energy_mj(h))
+        replays = self._optional(gpu, "pcie_replay_counter", lambda: api.pcie_replays(h))
+        rows = self._optional(gpu, "remapped_rows", lambda: api.remapped_rows(h))
+        licensed = self._optional(gpu, "vgpu_license", lambda: api.vgpu_licensed(h))
+        read = (
+            ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", energy),
+            ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", replays),
+            ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", None if rows is None else rows[0]),
+            ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", None if rows is None else rows[1]),
+            ("DCGM_FI_DEV_ROW_REMAP_FAILURE", None if rows is None else rows[2]),
+            ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", licensed),
+        )
+        gpu.slow = {name: value for name, value in read if value is not None}
+        return gpu.slow
+
+    def _poll_xid(self, gpu: _Gpu) -> None:
+        """Take the XIDs pending on the GPU's event set (0 ms waits); keep the last."""
+        if gpu.xid_set is None:
+            gpu.xid_set = self._optional(gpu, "xid_events", lambda: api.xid_events(gpu.handle))
+            if gpu.xid_set is None:
+                return
+            gpu.xid = gpu.xid or 0
+        event_set = gpu.xid_set
+        for _ in range(XID_EVENTS_PER_TICK):
+            xid = self._optional(gpu, "xid_wait", lambda: api.next_xid(event_set))
+            if xid is None:
+                return
+            if xid != gpu.xid:
+                self._log.warning("gpu_xid", gpu=gpu.index, uuid=gpu.uuid, xid=xid)
+            gpu.xid = xid
+
+    def _dcgm(
+        self,
+        gpu: _Gpu,
+        device: list[tuple[str, float]],
+        mem: tuple[float, float, float | None] | None,
+        gpm: dict[str, float],
+    ) -> DcgmFields:
+        values = list(device)
+        if mem is not None and mem[2] is not None:
+            values.append(("DCGM_FI_DEV_FB_RESERVED", round(mem[2], 1)))
+        for metric, value in gpm.items():
+            target = GPM_TO_DCGM.get(metric)
+            if target is not None:
+                values.append((target[0], round(max(value, 0.0) * target[1], 6)))
+        return DcgmFields(
+            pci_bus_id=gpu.pci_bus_id, driver_version=self._driver, values=tuple(values), xid=gpu.xid
+        )
 
     def _scan_mig(self, gpu: _Gpu) -> None:
         enabled = self._optional(gpu, "mig_mode", lambda: api.mig_enabled(gpu.handle))
@@ -280,14 +429,23 @@ class NvmlBackend:
             self._mig_info[mig.uuid] = MigInfo(gpu.index, gi, profile)
         gpu.mig_on, gpu.migs = True, found
 
-    def _read_mig(self, gpu: _Gpu, mig: _Mig, temp: float | None, power: float | None) -> DeviceReading:
-        mem = self._optional(mig, "memory", lambda: api.memory_mib(mig.handle))
+    def _read_mig(
+        self,
+        gpu: _Gpu,
+        mig: _Mig,
+        temp: float | None,
+        power: float | None,
+        device: list[tuple[str, float]],
+    ) -> DeviceReading:
+        mem = self._memory(mig, mig.handle)
         # MIG devices have no NVML utilization; GPM per GPU instance gives both figures.
-        sm_active, graphics = (
-            self._gpm_sm_active(mig, lambda s: api.gpm_mig_sample(gpu.handle, mig.gpu_instance_id, s))
+        gpm = (
+            self._gpm_values(mig, lambda s: api.gpm_mig_sample(gpu.handle, mig.gpu_instance_id, s))
             if self._gpm_parent_ok(gpu)
-            else (None, None)
+            else {}
         )
+        sm_active = _pct(gpm.get("NVML_GPM_METRIC_SM_UTIL"))
+        graphics = _pct(gpm.get("NVML_GPM_METRIC_GRAPHICS_UTIL"))
         processes = self._processes(mig, mig.handle)
         return DeviceReading(
             uuid=mig.uuid,
@@ -305,6 +463,7 @@ class NvmlBackend:
             mig_ci=mig.compute_instance_id,
             health=_mig_health(graphics, gpm_ok=self._gpm_parent_ok(gpu) and "gpm" not in mig.unsupported),
             processes=processes,
+            dcgm=self._dcgm(gpu, device, mem, gpm),
         )
 
     def _gpm_parent_ok(self, gpu: _Gpu) -> bool:
@@ -315,35 +474,45 @@ class NvmlBackend:
                 gpu.unsupported.add("gpm")
         return "gpm" not in gpu.unsupported
 
-    def _gpm_sm_active(
-        self, owner: _Gpu | _Mig, take: Callable[[Any], None]
-    ) -> tuple[float | None, float | None]:
-        """(SM active %, graphics active %) over the last interval, from two GPM samples."""
+    def _gpm_values(self, owner: _Gpu | _Mig, take: Callable[[Any], None]) -> dict[str, float]:
+        """GPM metrics over the last interval (NVML's units) from two samples, by metric
+        name; empty until two samples exist. A metric NVML refuses is not asked again."""
         if isinstance(owner, _Gpu) and not self._gpm_parent_ok(owner):
-            return None, None
+            return {}
         if "gpm" in owner.unsupported:
-            return None, None
+            return {}
         if owner.gpm is None:
             allocated = self._optional(owner, "gpm", lambda: [api.gpm_alloc(), api.gpm_alloc()])
             if allocated is None:
-                return None, None
+                return {}
             owner.gpm = _Gpm(allocated)
         gpm = owner.gpm
         current = gpm.samples[gpm.current]
         if self._optional(owner, "gpm_sample", lambda: _done(take, current)) is None:
             gpm.have_previous = False  # the next metric needs two fresh samples
-            return None, None
-        result: tuple[float | None, float | None] = (None, None)
-        if gpm.have_previous:
+            return {}
+        result: dict[str, float] = {}
+        ids = {n: i for n, i in self._gpm_ids.items() if f"gpm:{n}" not in owner.unsupported}
+        if gpm.have_previous and ids:
             previous = gpm.samples[1 - gpm.current]
-            values = self._optional(
-                owner, "gpm_metrics", lambda: api.gpm_metrics(previous, current, api.gpm_metric_ids())
-            )
-            if values is not None:
-                result = (_pct(values[0]), _pct(values[1]))
+            values = self._optional(owner, "gpm_metrics", lambda: api.gpm_metrics(previous, current, ids))
+            for name, value in (values or {}).items():
+                if isinstance(value, api.NvmlError):
+                    self._failed(owner, f"gpm:{name}", value)
+                else:
+                    result[name] = value
         gpm.have_previous = True
         gpm.current = 1 - gpm.current
         return result
+
+    def _failed(self, owner: _Gpu | _Mig, call: str, e: api.NvmlError) -> None:
+        """One part of a batched call failed: counted, and not asked again if unsupported."""
+        self._on_error(call)
+        if isinstance(e, api.NvmlNotSupported):
+            owner.unsupported.add(call)
+            self._log.info("nvml_call_unsupported", uuid=owner.uuid, call=call, error=e.name)
+        else:
+            self._once("nvml_call_failed", uuid=owner.uuid, call=call, error=e.name)
 
     def _processes(self, owner: _Gpu | _Mig, handle: Any) -> tuple[ProcessReading, ...] | None:
         procs = self._optional(owner, "processes", lambda: api.compute_processes(handle))

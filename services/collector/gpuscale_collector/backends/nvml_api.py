@@ -118,9 +118,121 @@ def utilization(handle: Any) -> tuple[float, float]:
 
 
 def memory_mib(handle: Any) -> tuple[float, float]:
-    """(used MiB, free MiB) of the framebuffer."""
+    """(used MiB, free MiB) of the framebuffer; v1's used includes the driver's reserve."""
     info = _call("nvmlDeviceGetMemoryInfo", handle)
     return info.used / MIB, info.free / MIB
+
+
+def memory_v2_mib(handle: Any) -> tuple[float, float, float]:
+    """(used, free, reserved) MiB: v2's used excludes the reserve, as DCGM and nvidia-smi do."""
+    m = nvml()
+    version = getattr(m, "nvmlMemory_v2", None)
+    if version is None:
+        raise NvmlNotSupported("FunctionNotFound", "this pynvml has no nvmlMemory_v2")
+    info = _call("nvmlDeviceGetMemoryInfo", handle, version)
+    return info.used / MIB, info.free / MIB, info.reserved / MIB
+
+
+def pci_bus_id(handle: Any) -> str:
+    """The PCI address as dcgm-exporter labels it (``00000000:00:06.0``)."""
+    return _text(_call("nvmlDeviceGetPciInfo", handle).busId)
+
+
+def clock_mhz(handle: Any, which: str) -> float:
+    """``which``: ``SM`` or ``MEM``; the current clock in MHz."""
+    return float(_call("nvmlDeviceGetClockInfo", handle, getattr(nvml(), f"NVML_CLOCK_{which}")))
+
+
+def total_energy_mj(handle: Any) -> float:
+    return float(_call("nvmlDeviceGetTotalEnergyConsumption", handle))
+
+
+def pcie_replays(handle: Any) -> float:
+    return float(_call("nvmlDeviceGetPcieReplayCounter", handle))
+
+
+def encoder_util(handle: Any) -> float:
+    return float(_call("nvmlDeviceGetEncoderUtilization", handle)[0])
+
+
+def decoder_util(handle: Any) -> float:
+    return float(_call("nvmlDeviceGetDecoderUtilization", handle)[0])
+
+
+def remapped_rows(handle: Any) -> tuple[float, float, float]:
+    """(correctable, uncorrectable, failed 0/1) rows of the row remapper."""
+    correctable, uncorrectable, _pending, failure = _call("nvmlDeviceGetRemappedRows", handle)
+    return float(correctable), float(uncorrectable), float(failure)
+
+
+def vgpu_licensed(handle: Any) -> float:
+    """DCGM's vGPU license status: 1 when a vGPU guest holds a license, else 0."""
+    m = nvml()
+    mode = _call("nvmlDeviceGetVirtualizationMode", handle)
+    if mode != getattr(m, "NVML_GPU_VIRTUALIZATION_MODE_VGPU", 2):
+        return 0.0  # bare metal, passthrough or host: no vGPU license to hold
+    features = _call("nvmlDeviceGetGridLicensableFeatures", handle)
+    items = features.gridLicensableFeatures
+    count = min(int(features.licensableFeaturesCount), len(items))
+    return 1.0 if any(int(items[i].featureState) == 1 for i in range(count)) else 0.0
+
+
+def field_ids(names: tuple[str, ...]) -> dict[str, int]:
+    """pynvml's constants by name; a name this pynvml lacks is left out."""
+    m = nvml()
+    return {n: int(getattr(m, n)) for n in names if isinstance(getattr(m, n, None), int)}
+
+
+# NVML's scope for "all NVLink links summed" in a field request.
+ALL_LINKS: Final = 0xFFFFFFFF
+
+
+def field_values(
+    handle: Any, ids: dict[str, int], *, all_links: frozenset[str] = frozenset()
+) -> dict[str, float | NvmlError]:
+    """One nvmlDeviceGetFieldValues for several fields: each its value or its own error.
+    A field named in ``all_links`` is asked summed over every NVLink link."""
+    m = nvml()
+    names = list(ids)
+    request = [(ids[n], ALL_LINKS) if n in all_links else ids[n] for n in names]
+    got = _call("nvmlDeviceGetFieldValues", handle, request)
+    out: dict[str, float | NvmlError] = {}
+    for name, value in zip(names, got, strict=True):
+        ret = int(value.nvmlReturn)
+        out[name] = _field_value(value) if ret == m.NVML_SUCCESS else _classify(m.NVMLError(ret))
+    return out
+
+
+def _field_value(value: Any) -> float:
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+    return float(getattr(value.value, member.get(int(value.valueType), "ullVal")))
+
+
+def xid_events(handle: Any) -> Any:
+    """An event set that collects this GPU's critical XIDs, to poll with :func:`next_xid`."""
+    event_set = _call("nvmlEventSetCreate")
+    try:
+        _call("nvmlDeviceRegisterEvents", handle, nvml().nvmlEventTypeXidCriticalError, event_set)
+    except NvmlError:
+        _call("nvmlEventSetFree", event_set)
+        raise
+    return event_set
+
+
+def next_xid(event_set: Any) -> int | None:
+    """The next pending XID, or None when none is waiting (a 0 ms wait: never blocks)."""
+    m = nvml()
+    try:
+        data = m.nvmlEventSetWait(event_set, 0)
+    except m.NVMLError as e:
+        if getattr(e, "value", None) == m.NVML_ERROR_TIMEOUT:
+            return None
+        raise _classify(e) from None
+    return int(data.eventData)
+
+
+def free_events(event_set: Any) -> None:
+    _call("nvmlEventSetFree", event_set)
 
 
 def temperature_c(handle: Any) -> float:
@@ -214,28 +326,41 @@ def gpm_mig_sample(parent_handle: Any, gpu_instance_id: int, sample: Any) -> Non
     _call("nvmlGpmMigSampleGet", parent_handle, gpu_instance_id, sample)
 
 
-def gpm_metrics(earlier: Any, later: Any, metric_ids: tuple[int, ...]) -> list[float | None]:
-    """GPM metrics between two samples; None for a metric NVML could not compute."""
+def gpm_metrics(earlier: Any, later: Any, metric_ids: dict[str, int]) -> dict[str, float | NvmlError]:
+    """GPM metrics between two samples by name: each its value or its own error."""
     m = nvml()
+    names = list(metric_ids)
     request = m.c_nvmlGpmMetricsGet_t()
     request.version = m.NVML_GPM_METRICS_GET_VERSION
-    request.numMetrics = len(metric_ids)
+    request.numMetrics = len(names)
     request.sample1 = earlier
     request.sample2 = later
-    for i, metric_id in enumerate(metric_ids):
-        request.metrics[i].metricId = metric_id
+    for i, name in enumerate(names):
+        request.metrics[i].metricId = metric_ids[name]
     _call("nvmlGpmMetricsGet", request)
-    out: list[float | None] = []
-    for i in range(len(metric_ids)):
+    out: dict[str, float | NvmlError] = {}
+    for i, name in enumerate(names):
         metric = request.metrics[i]
-        out.append(float(metric.value) if metric.nvmlReturn == m.NVML_SUCCESS else None)
+        ret = int(metric.nvmlReturn)
+        out[name] = float(metric.value) if ret == m.NVML_SUCCESS else _classify(m.NVMLError(ret))
     return out
 
 
-def gpm_metric_ids() -> tuple[int, int]:
-    """(SM activity, graphics engine activity): DCGM's SM_ACTIVE and GR_ENGINE_ACTIVE."""
-    m = nvml()
-    return m.NVML_GPM_METRIC_SM_UTIL, m.NVML_GPM_METRIC_GRAPHICS_UTIL
+# The GPM metrics read each tick, in this order: DCGM's SM_ACTIVE, GR_ENGINE_ACTIVE,
+# PIPE_TENSOR_ACTIVE, DRAM_ACTIVE (all %), PCIE_TX/RX_BYTES (MiB/s).
+GPM_METRICS: Final = (
+    "NVML_GPM_METRIC_SM_UTIL",
+    "NVML_GPM_METRIC_GRAPHICS_UTIL",
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "NVML_GPM_METRIC_DRAM_BW_UTIL",
+    "NVML_GPM_METRIC_PCIE_TX_PER_SEC",
+    "NVML_GPM_METRIC_PCIE_RX_PER_SEC",
+)
+
+
+def gpm_metric_ids() -> dict[str, int]:
+    """GPM_METRICS' ids by name; a metric this pynvml lacks is left out."""
+    return field_ids(GPM_METRICS)
 
 
 def now_us() -> int:

@@ -20,6 +20,7 @@ from gpuscale_collector.core.readings import DeviceReading
 from gpuscale_collector.core.sim import (
     KUBE_SIM,
     FeedError,
+    SimCounters,
     StepLoad,
     parse_load_source,
     readings_from_kube_sim,
@@ -67,6 +68,8 @@ class SimBackend:
         self._url = ""
         self._log = get_logger(component="sim", node=node)
         self._once = OncePerKey()
+        self._counters = SimCounters()
+        self._last_read: float | None = None
 
     async def start(self) -> None:
         self._started_at = time.monotonic()
@@ -81,9 +84,14 @@ class SimBackend:
         self._log.info("sim_source_kube_sim", url=self._url)
 
     async def read(self) -> list[DeviceReading]:
+        now = time.monotonic()
         if isinstance(self._load, StepLoad):
-            return sim_readings(self.node, self.gpus, self._load.at(time.monotonic() - self._started_at))
-        return await self._read_kube_sim()
+            readings = sim_readings(self.node, self.gpus, self._load.at(now - self._started_at))
+        else:
+            readings = await self._read_kube_sim()
+        dt = 0.0 if self._last_read is None else now - self._last_read
+        self._last_read = now
+        return self._counters.advance(readings, dt)
 
     async def _read_kube_sim(self) -> list[DeviceReading]:
         import aiohttp  # lazy import: already loaded by start()

@@ -29,7 +29,7 @@ class Attribution:
     pid_identity: Mapping[int, CgroupIdentity] = field(default_factory=dict)
     pods_by_uid: Mapping[str, PodInfo] = field(default_factory=dict)
     workloads: Mapping[tuple[str, str], WorkloadRef] = field(default_factory=dict)
-    # (namespace, pod) → the pod's inference-server gauges scraped lately (issue 14)
+    # (namespace, pod) → the pod's inference-server gauges scraped lately
     engines: Mapping[tuple[str, str], EngineSignals] = field(default_factory=dict)
 
 

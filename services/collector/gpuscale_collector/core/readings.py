@@ -21,6 +21,20 @@ class ProcessReading:
 
 
 @dataclass(frozen=True, slots=True)
+class DcgmFields:
+    """dcgm-exporter's counters beyond the wire sample: served on /metrics only.
+
+    ``values`` holds (DCGM field name, value in dcgm-exporter's unit) for what
+    the GPU gave this tick; a field it cannot give is absent, never 0.
+    """
+
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    values: tuple[tuple[str, float], ...] = ()
+    xid: int | None = None  # the last XID seen since start (0: none); None: no XID events here
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceReading:
     uuid: str
     index: int
@@ -40,6 +54,8 @@ class DeviceReading:
     processes: tuple[ProcessReading, ...] | None = None
     # Owners the backend already knows (the simulated backend); None: attribute here.
     owners: tuple[GpuOwner, ...] | None = None
+    # /metrics-only counters (clocks, energy, GPM ratios...); None: the backend has none.
+    dcgm: DcgmFields | None = None
 
     def device_ids(self) -> tuple[str, ...]:
         """Every id the kubelet may use for this device in pod-resources."""

@@ -7,18 +7,36 @@ simulated cluster (parsed by :func:`readings_from_kube_sim`).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid as uuidlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpuscale.simfeed import FeedError, FeedOwner, NodeGpus
 from gpuscale.wire import GpuOwner, WorkloadRef
-from gpuscale_collector.core.readings import DeviceReading
+from gpuscale_collector.core.readings import DcgmFields, DeviceReading
 
 SIM_MODEL: Final = "NVIDIA H100 80GB HBM3"
 SIM_FB_TOTAL_MIB: Final = 81559.0
+SIM_DRIVER_VERSION: Final = "550.90.07"
+# An H100 SXM's figures: the driver's framebuffer reserve, idle and boost SM clock, HBM3 clock.
+SIM_FB_RESERVED_MIB: Final = 511.0
+SIM_SM_CLOCK_IDLE_MHZ: Final = 345.0
+SIM_SM_CLOCK_MAX_MHZ: Final = 1980.0
+SIM_MEM_CLOCK_MHZ: Final = 2619.0
+# At full load: PCIe traffic (B/s each way) and NVLink data (KiB/s), as a busy inference server moves.
+SIM_PCIE_BYTES_PER_S: Final = 1.3e9
+SIM_NVLINK_KIB_PER_S: Final = 20.0 * 1024 * 1024
 KUBE_SIM: Final = "kube-sim"
-__all__ = ["KUBE_SIM", "FeedError", "StepLoad", "parse_load_source", "readings_from_kube_sim", "sim_readings"]
+__all__ = [
+    "KUBE_SIM",
+    "FeedError",
+    "SimCounters",
+    "StepLoad",
+    "parse_load_source",
+    "readings_from_kube_sim",
+    "sim_readings",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +112,66 @@ def sim_readings(node: str, gpus: int, load_pct: float) -> list[DeviceReading]:
         )
         for i in range(gpus)
     ]
+
+
+def sim_pci_bus_id(index: int) -> str:
+    return f"00000000:{(0x18 + 0x10 * index) % 256:02X}:00.0"
+
+
+def sim_dcgm(index: int, load_pct: float, energy_mj: float, nvlink_kib: float) -> DcgmFields:
+    """Every dcgm-only counter of one simulated GPU at one load: clocks, temperature and the
+    profiling ratios follow it; energy and NVLink data are the running totals given."""
+    frac = min(max(load_pct, 0.0), 100.0) / 100.0
+    values = (
+        (
+            "DCGM_FI_DEV_SM_CLOCK",
+            round(SIM_SM_CLOCK_IDLE_MHZ + (SIM_SM_CLOCK_MAX_MHZ - SIM_SM_CLOCK_IDLE_MHZ) * frac),
+        ),
+        ("DCGM_FI_DEV_MEM_CLOCK", SIM_MEM_CLOCK_MHZ),
+        ("DCGM_FI_DEV_MEMORY_TEMP", round(32.0 + 40.0 * frac, 1)),
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", round(energy_mj)),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 0.0),
+        ("DCGM_FI_DEV_ENC_UTIL", 0.0),
+        ("DCGM_FI_DEV_DEC_UTIL", 0.0),
+        ("DCGM_FI_DEV_FB_RESERVED", SIM_FB_RESERVED_MIB),
+        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", round(nvlink_kib)),
+        ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 0.0),
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 0.0),
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 0.0),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", 0.0),
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", round(0.96 * frac, 4)),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", round(0.85 * frac, 4)),
+        ("DCGM_FI_PROF_DRAM_ACTIVE", round(0.45 * frac, 4)),
+        ("DCGM_FI_PROF_PCIE_TX_BYTES", round(SIM_PCIE_BYTES_PER_S * frac)),
+        ("DCGM_FI_PROF_PCIE_RX_BYTES", round(SIM_PCIE_BYTES_PER_S * 0.94 * frac)),
+    )
+    return DcgmFields(
+        pci_bus_id=sim_pci_bus_id(index),
+        driver_version=SIM_DRIVER_VERSION,
+        values=tuple((name, float(v)) for name, v in values),
+        xid=0,
+    )
+
+
+@dataclass
+class SimCounters:
+    """The running totals of simulated GPUs (energy, NVLink data), advanced by ``dt_s`` a tick."""
+
+    energy_mj: dict[str, float] = field(default_factory=dict)
+    nvlink_kib: dict[str, float] = field(default_factory=dict)
+
+    def advance(self, readings: list[DeviceReading], dt_s: float) -> list[DeviceReading]:
+        """The readings with their dcgm fields; totals of GPUs no longer read are dropped."""
+        energy, nvlink = self.energy_mj, self.nvlink_kib
+        self.energy_mj, self.nvlink_kib = {}, {}
+        out = []
+        for r in readings:
+            load = r.util or 0.0
+            e = energy.get(r.uuid, 0.0) + (r.power_w or 0.0) * 1000.0 * max(dt_s, 0.0)
+            n = nvlink.get(r.uuid, 0.0) + SIM_NVLINK_KIB_PER_S * load / 100.0 * max(dt_s, 0.0)
+            self.energy_mj[r.uuid], self.nvlink_kib[r.uuid] = e, n
+            out.append(dataclasses.replace(r, dcgm=sim_dcgm(r.index, load, e, n)))
+        return out
 
 
 def _owner(o: FeedOwner) -> GpuOwner:
