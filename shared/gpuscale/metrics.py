@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
@@ -10,6 +11,10 @@ from prometheus_client.registry import Collector
 
 from gpuscale.apiwarnings import API_WARNINGS
 from gpuscale.logging import get_logger
+from gpuscale.wire import ERROR_CODES
+
+# The reasons consumers add to the wire contract's codes on the rejected counter's label.
+SUBJECT_REASONS: Final = ("bad_subject", "subject_mismatch")
 
 
 class ServiceMetrics:
@@ -73,6 +78,14 @@ class ServiceMetrics:
         self.info = Gauge("gpuscale_service_info", "Always 1", ["service"], registry=self.registry)
         self.info.labels(service=service).set(1)
         self.registry.register(_ApiWarningsCollector())
+
+    def reads(self, kind: str, extra_reasons: Iterable[str] = ()) -> None:
+        """Birth every ``messages_rejected{kind, reason}`` series this consumer can count at 0.
+
+        A series Prometheus first sees at 1 has no increase, so an alert on
+        ``increase()``/``rate()`` would miss the first rejection after a start."""
+        for reason in (*ERROR_CODES, *SUBJECT_REASONS, *extra_reasons):
+            self.messages_rejected.labels(kind=kind, reason=reason)
 
     def unknown_field(self, kind: str, field: str) -> None:
         """A :data:`gpuscale.codec.UnknownSink`: count the name once and say so once."""

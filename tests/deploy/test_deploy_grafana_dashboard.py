@@ -25,7 +25,7 @@ DECIDER_METRICS = {
     "gpuscale_workload_replicas_desired",
     "gpuscale_decisions_total",
 }
-# dcgm-exporter's names, which the collector serves (DESIGN.md §2).
+# dcgm-exporter's names, which the collector serves (docs/ARCHITECTURE.md#parts).
 DCGM_METRICS = {
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_FB_USED",

@@ -2,9 +2,10 @@
 really export (with labels they really have), and send the reader to runbooks
 that exist.
 
-promtool is not available here: expressions are parsed with promql-parser (a
-port of Prometheus' own parser), metric names come from the services' metric
-registries, the same objects their /metrics serve.
+Expressions are parsed with promql-parser (a port of Prometheus' own parser),
+metric names come from the services' metric registries, the same objects their
+/metrics serve. Prometheus' promtool runs the alerts themselves in
+test_deploy_alerts_promtool.py.
 """
 
 from __future__ import annotations

@@ -249,9 +249,12 @@ def test_every_subject_the_code_builds_is_a_documented_channel() -> None:
         subjects.windows(key): "WindowRequest",
     }
     channels = _document()["channels"]
+    messages = _document()["components"]["messages"]
 
     def payload(channel: dict[str, Any]) -> str:
-        return str(channel["publish"]["message"]["$ref"]).rsplit("/", 1)[-1]
+        # The channel's message (advice has its own, with a Decision's payload) names the schema.
+        message = messages[str(channel["publish"]["message"]["$ref"]).rsplit("/", 1)[-1]]
+        return str(message["payload"]["$ref"]).rsplit("/", 1)[-1]
 
     documented = {name: payload(channel) for name, channel in channels.items()}
     unescaped = {name.replace("~7B", "{").replace("~7D", "}"): kind for name, kind in built.items()}

@@ -10,6 +10,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import WorkloadKey
+from gpuscale.wire import Action, WorkloadMetrics
 
 # Where one GPUScaler's failure was caught (the label of gpuscale_decider_evaluation_errors_total).
 STAGE_MESSAGE = "message"  # evaluating on a metrics message
@@ -45,6 +46,8 @@ class DeciderMetrics:
     def __init__(self, metrics: ServiceMetrics) -> None:
         self._series: dict[WorkloadKey, _WorkloadSeries] = {}
         r = metrics.registry
+        metrics.reads(WorkloadMetrics.KIND)
+        metrics.reads(Action.KIND)
         self.evaluations = Counter("gpuscale_decider_evaluations_total", "Policy evaluations", registry=r)
         self.evaluation_seconds = Histogram(
             "gpuscale_decider_evaluation_seconds",

@@ -79,6 +79,7 @@ class KedaScalerMetrics:
         registry = ctx.metrics.registry
         self.messages_in = ctx.metrics.messages_in.labels(kind=KIND)
         self.rejected = ctx.metrics.messages_rejected
+        ctx.metrics.reads(KIND)  # born at 0: an alert sees the first rejection
         self.ignored = Counter(
             "gpuscale_kedascaler_messages_ignored_total",
             "Valid metrics messages not kept: out_of_order (older than the one kept)",
