@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# What the demo needs (the package and its runtime dependencies), without the dev toolchain.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 
 .PHONY: demo test lint typecheck imports unit venv clean bench images images-push compose-up compose-down
 
@@ -13,9 +15,15 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUNTIME_STAMP)
 
-demo: $(STAMP)
+$(RUNTIME_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(RUNTIME_STAMP)
+
+demo: $(RUNTIME_STAMP)
 	$(BIN)/gpuscale demo $(ARGS)
 
 lint: $(STAMP)

@@ -55,6 +55,7 @@ build() {
                 -t "$image" --label "org.opencontainers.image.version=$TAG" . >&2 ;;
       buildah) buildah bud $BUILD_FLAGS --ignorefile "$dockerfile.dockerignore" -f "$dockerfile" \
                 -t "$image" --label "org.opencontainers.image.version=$TAG" . >&2 ;;
+      *) die "unknown engine: $engine (docker, podman or buildah)" ;;
     esac
     seconds=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     case "$engine" in
@@ -86,8 +87,13 @@ save() {
 }
 
 case "${1:-build}" in
-  build) build "$(engine)" ;;
-  push) push "$(engine)" ;;
-  save) save "$(engine)" "${2:-dist/images}" ;;
+  build|push|save) ;;
   *) die "usage: $0 build | push | save [DIR]" ;;
+esac
+# Its own line: `set -e` does not stop on a failed $(engine) used as an argument.
+ENGINE_BIN=$(engine) || exit $?
+case "${1:-build}" in
+  build) build "$ENGINE_BIN" ;;
+  push) push "$ENGINE_BIN" ;;
+  save) save "$ENGINE_BIN" "${2:-dist/images}" ;;
 esac

@@ -93,6 +93,12 @@ COMMANDS: tuple[Command, ...] = (
         "gpuscale_cli.setup:main",
     ),
     Command(
+        "doctor",
+        "check an install: NATS, streams, collectors, aggregator, decider, actuator, CRD, credentials",
+        "gpuscale_cli.doctor:DoctorSettings",
+        "gpuscale_cli.doctor:main",
+    ),
+    Command(
         "status",
         "one line per scaled workload, like `kubectl get hpa`",
         "gpuscale_cli.status:StatusSettings",
@@ -125,7 +131,16 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(command.name, help=command.summary, description=command.summary)
         if command.name == selected:
             settings_mod.add_arguments(p, _settings_class(command))
+            parser.set_defaults(_subparser=p)
     return parser
+
+
+def _debug_asked(argv: Sequence[str]) -> bool:
+    """``--log-level debug`` on the line: a failure shows its traceback too."""
+    for i, a in enumerate(argv):
+        if a == "--log-level=debug" or (a == "--log-level" and argv[i + 1 : i + 2] == ["debug"]):
+            return True
+    return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,10 +152,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ImportError, AttributeError, TypeError) as e:  # a broken install, named in one line
         print(f"gpuscale {selected}: cannot load this part: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if args.command is None:
-        parser.print_help()
-        return 0
+        parser.print_help(sys.stderr)
+        return 2
+    if extra:  # the sub-command's own usage, not the top level's
+        sub_parser: argparse.ArgumentParser = getattr(args, "_subparser", parser)
+        sub_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if hasattr(args, "_subparser"):
+        del args._subparser
     command = next(c for c in COMMANDS if c.name == args.command)
     try:
         settings: object = settings_mod.build(_settings_class(command), args)
@@ -151,7 +171,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     entry = _load(command.entry)
     if not callable(entry):
         raise TypeError(f"{command.entry} is not callable")
-    code = entry(settings)
+    try:
+        code = entry(settings)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        if _debug_asked(argv):
+            raise
+        print(f"gpuscale {command.name}: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
+        print(
+            f"gpuscale {command.name}: run it again with --log-level debug for the details", file=sys.stderr
+        )
+        return 1
     return int(code) if isinstance(code, int) else 0
 
 

@@ -24,7 +24,7 @@ from nats.js.errors import APIError, ServiceUnavailableError
 from gpuscale import subjects
 from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.natsio import NATS, apply_kv, apply_stream, connect, drain, jetstream
+from gpuscale.natsio import NATS, apply_kv, apply_stream, connect, drain, jetstream, redact, waiting_reason
 from gpuscale.settings import (
     CommonSettings,
     boolean,
@@ -158,7 +158,11 @@ async def _connect(settings: SetupSettings) -> NATS:
     if not done:
         stop.set()
         task.cancel()
-        raise TimeoutError(f"no NATS server answered within {settings.wait_s:g} s")
+        reason = (
+            waiting_reason("setup")
+            or f"no NATS server answered at {','.join(map(redact, settings.nats_url))}"
+        )
+        raise TimeoutError(f"{reason} (tried for {settings.wait_s:g} s)")
     return task.result()
 
 
@@ -201,7 +205,7 @@ async def run(settings: SetupSettings) -> int:
     try:
         nc = await _connect(settings)
     except Exception as e:  # noqa: BLE001 - one line for the operator, whatever the cause
-        print(f"gpuscale setup: cannot reach NATS: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"gpuscale setup: {e}", file=sys.stderr)
         return 1
     js = jetstream(nc, timeout_s=10.0)
     failed = 0

@@ -20,8 +20,7 @@ from gpuscale import codec, subjects
 from gpuscale.clocks import SenderClocks
 from gpuscale.clockwatch import OFFSET_WARN_S
 from gpuscale.logging import configure
-from gpuscale.metrics import ServiceMetrics
-from gpuscale.natsio import NATS, connect, drain, jetstream
+from gpuscale.natsio import NATS, NatsUnreachable, connect_once, drain, jetstream
 from gpuscale.settings import CommonSettings, option, path, seconds
 from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.wire import Decision, SampleBatch, WireError, WorkloadMetrics
@@ -191,9 +190,12 @@ async def _scalers(kubeconfig: Path | None) -> list[dict[str, Any]]:
         await api.close()
 
 
-async def collect(settings: StatusSettings, nc: NATS, clocks: Clocks | None = None) -> list[WorkloadView]:
+async def collect(
+    settings: StatusSettings, nc: NATS, clocks: Clocks | None = None, failed: list[str] | None = None
+) -> list[WorkloadView]:
     """What NATS (and the cluster, with --kubeconfig) says of each workload;
-    with ``clocks``, the senders' clock offsets heard meanwhile."""
+    with ``clocks``, the senders' clock offsets heard meanwhile; ``failed``
+    gets a line when the GPUScaler objects could not be read."""
     views: dict[WorkloadKey, WorkloadView] = {}
 
     def view(key: WorkloadKey) -> WorkloadView:
@@ -230,8 +232,11 @@ async def collect(settings: StatusSettings, nc: NATS, clocks: Clocks | None = No
         await samples_sub.unsubscribe()
     try:
         scalers = await scaler_task
-    except Exception as e:  # noqa: BLE001 - Kubernetes is optional here; say so and go on with NATS alone
-        print(f"gpuscale status: GPUScaler objects not read ({type(e).__name__}: {e})", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - say so, show what NATS says, and exit non-zero
+        line = f"GPUScaler objects not read from the cluster ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+        print(f"gpuscale status: {line}", file=sys.stderr)
+        if failed is not None:
+            failed.append(line)
         scalers = []
     for key, decision in decisions.items():
         v = view(key)
@@ -259,20 +264,40 @@ async def collect(settings: StatusSettings, nc: NATS, clocks: Clocks | None = No
     return list(views.values())
 
 
-async def _run(settings: StatusSettings) -> int:
-    metrics = ServiceMetrics("status")
+async def _check_kubeconfig(settings: StatusSettings) -> str | None:
+    """Why the kubeconfig given cannot be used (one line), or None."""
+    if settings.kubeconfig is None:
+        return None
+    from gpuscale.kube import ClusterConfigError, new_api_client
+
     try:
-        nc = await asyncio.wait_for(connect(settings.nats_url, metrics, name="gpuscale-status"), 10)
-    except Exception as e:  # noqa: BLE001 - any failure to connect is the same answer for a CLI
-        print(
-            f"gpuscale status: cannot reach NATS at {','.join(settings.nats_url)}: {type(e).__name__}: {e}",
-            file=sys.stderr,
+        api = await new_api_client(settings.kubeconfig)
+    except ClusterConfigError as e:
+        return str(e)
+    await api.close()
+    return None
+
+
+async def _run(settings: StatusSettings) -> int:
+    problem = await _check_kubeconfig(settings)
+    if problem is not None:
+        print(f"gpuscale status: {problem}", file=sys.stderr)
+        return 1
+    try:
+        nc = await connect_once(
+            settings.nats_url,
+            name="gpuscale-status",
+            creds=str(settings.nats_creds) if settings.nats_creds else None,
+            tls_ca=str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
         )
+    except NatsUnreachable as e:
+        print(f"gpuscale status: {e}", file=sys.stderr)
         return 1
     try:
         while True:
             clocks = Clocks()
-            views = await collect(settings, nc, clocks)
+            read_failed: list[str] = []
+            views = await collect(settings, nc, clocks, read_failed)
             table = (
                 render_table(views, time.time())
                 if views
@@ -283,7 +308,7 @@ async def _run(settings: StatusSettings) -> int:
                 sys.stdout.write("\x1b[H\x1b[J")
             print(table, flush=True)
             if not settings.watch:
-                return 0
+                return 1 if read_failed else 0
             await asyncio.sleep(settings.interval_s)
     finally:
         await drain(nc)

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
+import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from nats import errors as nats_errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -36,10 +40,14 @@ from gpuscale.subjects import KvSpec, StreamSpec, SubjectError, escape_token
 
 __all__ = [
     "NATS",
+    "ConnectProblem",
+    "NatsUnreachable",
     "NotSetUp",
     "apply_kv",
     "apply_stream",
+    "classify_connect_error",
     "connect",
+    "connect_once",
     "declare_kv",
     "declare_stream",
     "drain",
@@ -49,6 +57,7 @@ __all__ = [
     "is_connected",
     "login_user",
     "user_expired",
+    "waiting_reason",
 ]
 
 
@@ -91,6 +100,100 @@ def redact(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+# How often a service still waiting for NATS says so (and why).
+WAITING_LOG_EVERY_S: Final = 30.0
+
+
+@dataclass(frozen=True)
+class ConnectProblem:
+    """Why a connect failed, in words a user can act on (never a secret)."""
+
+    cause: str  # refused, unknown_host, auth, not_nats, timeout, tls, other
+    detail: str
+    remedy: str
+
+    def line(self, servers: Sequence[str]) -> str:
+        """One line: where, what, what to do."""
+        where = ",".join(redact(s) for s in servers)
+        return f"cannot connect to NATS at {where}: {self.detail}; {self.remedy}"
+
+
+def _chain(e: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while e is not None and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def classify_connect_error(
+    error: BaseException | None, last_error: BaseException | None = None
+) -> ConnectProblem:
+    """Purely computational: the cause of a failed connect from what nats-py raised
+    (often only NoServersError or a timeout) and the client's ``last_error`` (the
+    real reason, where it kept one)."""
+    candidates = [
+        c for c in [*_chain(last_error), *_chain(error)] if not isinstance(c, nats_errors.NoServersError)
+    ]
+    for e in candidates:
+        text = str(e).lower()
+        if isinstance(e, nats_errors.AuthorizationError) or "authorization violation" in text:
+            return ConnectProblem(
+                "auth",
+                "the server refused the credentials (authorization violation)",
+                "check the user and password in --nats-url (or the token/creds file) against the server's",
+            )
+        if isinstance(e, ConnectionRefusedError):
+            return ConnectProblem(
+                "refused",
+                "connection refused (nothing listens on that port)",
+                "start nats-server there, or pass the right host:port with --nats-url",
+            )
+        if isinstance(e, socket.gaierror):
+            return ConnectProblem(
+                "unknown_host",
+                "unknown host (the name does not resolve)",
+                "check the host name in --nats-url",
+            )
+        if isinstance(e, ssl.SSLError):
+            return ConnectProblem(
+                "tls", f"TLS failed ({_short(e)})", "check the server's certificate and --nats-tls-ca"
+            )
+        if "expecting info" in text or "expected info" in text or "unknown protocol" in text:
+            return ConnectProblem(
+                "not_nats",
+                "the port answered, but not as a NATS server does",
+                "point --nats-url at the NATS client port (usually 4222), not an HTTP or monitoring port",
+            )
+    for e in candidates:
+        if isinstance(e, TimeoutError | asyncio.TimeoutError | nats_errors.TimeoutError):
+            return ConnectProblem(
+                "timeout",
+                "no answer in time (the port is silent or filtered)",
+                "check that the host and port in --nats-url are reachable from here (firewall, network policy)",
+            )
+    for e in candidates:
+        if isinstance(e, OSError):
+            return ConnectProblem("other", _short(e), "check the host and port in --nats-url")
+    first = candidates[0] if candidates else None
+    detail = _short(first) if first is not None else "no answer"
+    return ConnectProblem("other", detail, "check --nats-url and that nats-server is running")
+
+
+def _short(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+# The last reason this process could not connect, for readiness to show until it does.
+_waiting_for: dict[str, str] = {}
+
+
+def waiting_reason(service: str) -> str | None:
+    """Why ``service``'s connect loop has not connected yet (one line, no secret), or None."""
+    return _waiting_for.get(service)
 
 
 def _server_of(nc: NATS) -> str:
@@ -137,6 +240,7 @@ async def connect(
     nc = NATS()
     state = {"was_connected": False}
     errors_seen: set[str] = set()  # logged once each until the next (re)connect
+    connect_errors: list[BaseException] = []  # the last real reason a first connect failed
 
     async def disconnected_cb() -> None:
         metrics.nats_connected.set(0)
@@ -153,6 +257,10 @@ async def connect(
     async def error_cb(e: Exception) -> None:
         kind = type(e).__name__
         metrics.nats_errors.labels(error=kind).inc()
+        if not state["was_connected"]:  # the connect loop says why, with the cause and a remedy
+            if not isinstance(e, nats_errors.NoServersError):
+                connect_errors[:] = [e]
+            return
         if kind not in errors_seen:  # an outage repeats the same error twice a second
             errors_seen.add(kind)
             log.warning(
@@ -180,6 +288,8 @@ async def connect(
             on_closed()
 
     attempt = 0
+    first_failure: float | None = None
+    last_said = 0.0
     while True:
         try:
             # One pass over the servers per call: with reconnects allowed,
@@ -191,6 +301,7 @@ async def connect(
                 servers=list(servers),
                 name=name,
                 allow_reconnect=False,
+                max_reconnect_attempts=1,  # nats-py's default (60) keeps one call busy for a minute
                 reconnect_time_wait=reconnect_wait_s,  # type: ignore[arg-type]  # nats-py accepts float seconds; its hint says int
                 connect_timeout=2,
                 ping_interval=5,
@@ -208,10 +319,24 @@ async def connect(
             break
         except Exception as e:
             attempt += 1
-            delay = min(reconnect_wait_s * (2 ** min(attempt, 5)), 10.0)
-            if attempt == 1 or attempt % 10 == 0:
+            # A refused connect is cheap: retry within 2 s, as nats-py's own loop did, so a
+            # service started before NATS is on it within moments of NATS coming up.
+            delay = min(reconnect_wait_s * attempt, 2.0)
+            problem = classify_connect_error(e, connect_errors[0] if connect_errors else nc.last_error)
+            _waiting_for[metrics.service] = problem.line(servers)
+            now = time.monotonic()
+            if first_failure is None:
+                first_failure = now
+            if attempt == 1 or now - last_said >= WAITING_LOG_EVERY_S:
+                last_said = now
                 log.warning(
-                    "nats_connect_failed", attempt=attempt, retry_in_s=delay, error=f"{type(e).__name__}: {e}"
+                    "nats_connect_failed" if attempt == 1 else "nats_still_waiting",
+                    attempt=attempt,
+                    waiting_s=round(now - first_failure),
+                    retry_in_s=delay,
+                    cause=problem.cause,
+                    error=problem.detail,
+                    remedy=problem.remedy,
                 )
             if stop is not None and stop.is_set():
                 raise
@@ -222,12 +347,89 @@ async def connect(
                 if stop.is_set():
                     raise
             nc = NATS()
+    _waiting_for.pop(metrics.service, None)
     nc.options["allow_reconnect"] = True
     nc.options["max_reconnect_attempts"] = -1  # forever: a service outlives any NATS outage
     state["was_connected"] = True
     metrics.nats_connected.set(1)
     log.info("nats_connected", server=_server_of(nc))
     return nc
+
+
+class NatsUnreachable(Exception):
+    """A command-line connect failed: ``str()`` is one line, cause and remedy, no secret."""
+
+    def __init__(self, problem: ConnectProblem, servers: Sequence[str]) -> None:
+        super().__init__(problem.line(servers))
+        self.problem = problem
+
+
+async def connect_once(
+    servers: Sequence[str],
+    *,
+    name: str,
+    timeout_s: float = 5.0,
+    creds: str | None = None,
+    tls_ca: str | None = None,
+    inbox_role: str | None = None,
+) -> NATS:
+    """For a command run by a person: one try at each server, then
+    :class:`NatsUnreachable` saying why, rather than retrying forever."""
+    nc = NATS()
+    seen: list[BaseException] = []
+
+    async def error_cb(e: Exception) -> None:
+        if not isinstance(e, nats_errors.NoServersError):
+            seen[:] = [e]
+
+    try:
+        await asyncio.wait_for(
+            nc.connect(
+                servers=list(servers),
+                name=name,
+                allow_reconnect=False,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.2,  # type: ignore[arg-type]  # nats-py accepts float seconds; its hint says int
+                connect_timeout=max(1, round(timeout_s / 2)),
+                user_credentials=creds,
+                tls=_tls_context(tls_ca),
+                error_cb=error_cb,
+                inbox_prefix=inbox_prefix(inbox_role or login_user(servers) or name),
+            ),
+            timeout_s,
+        )
+    except Exception as e:  # noqa: BLE001 - every failure is explained the same way
+        with contextlib.suppress(Exception):
+            await nc.close()
+        problem = classify_connect_error(e, seen[0] if seen else nc.last_error)
+        if problem.cause == "timeout" and await _answers_http(servers):
+            problem = ConnectProblem(
+                "not_nats",
+                "the port answers HTTP, not as a NATS server does",
+                "point --nats-url at the NATS client port (usually 4222), not an HTTP or monitoring port",
+            )
+        raise NatsUnreachable(problem, servers) from None
+    return nc
+
+
+async def _answers_http(servers: Sequence[str], timeout_s: float = 2.0) -> bool:
+    """Whether the first server's port is an HTTP server (NATS speaks first; HTTP waits to be asked)."""
+    try:
+        parts = urlsplit(servers[0])
+        host, port = parts.hostname or "127.0.0.1", parts.port or 4222
+    except (ValueError, IndexError):
+        return False
+    writer = None
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+        writer.write(b"HEAD / HTTP/1.0\r\n\r\n")
+        first = await asyncio.wait_for(reader.read(5), timeout_s)
+        return first.startswith(b"HTTP/")
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def user_expired(nc: NATS) -> bool:
@@ -239,7 +441,8 @@ def user_expired(nc: NATS) -> bool:
 def is_connected(nc: NATS | None) -> tuple[bool, str]:
     """A readiness check."""
     if nc is None:
-        return False, "not connected yet"
+        waiting = next(iter(_waiting_for.values()), None)
+        return False, f"not connected yet: {waiting}" if waiting else "not connected yet"
     if nc.is_connected:
         return True, "connected"
     if nc.is_reconnecting:

@@ -134,7 +134,14 @@ async def _one_run(ctx: ServiceContext, serve: Serve, log: Any) -> int:
         done, _ = await asyncio.wait({serve_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if serve_task in done:
             exc = serve_task.exception()
-            if exc is not None:
+            if exc is not None and hasattr(exc, "remedy"):  # a known start-up fault: one line, no traceback
+                log.error(
+                    "service_cannot_start",
+                    error=str(getattr(exc, "cause", exc)),
+                    remedy=str(getattr(exc, "remedy", "")),
+                )
+                code = 1
+            elif exc is not None:
                 log.error("service_failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
                 code = 1
         else:

@@ -72,7 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
     for f, spec in _specs(cls):
         env_note = f" [env: {', '.join(spec.env)}]" if spec.env else ""
         default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f"{spec.help} (default: {_show(default)}){env_note}"
+        is_duration = spec.parse is seconds
+        shown = _show(default) + (" s" if is_duration and default is not None else "")
+        # A help text that already explains its default is not followed by a second one.
+        default_note = "" if "default" in spec.help else f" (default: {shown})"
+        help_text = f"{spec.help}{default_note}{env_note}"
         if not spec.flag.startswith("-"):  # a positional argument (``gpuscale convert FILE``), required
             if spec.flag != f.name:
                 raise ValueError(f"positional option {spec.flag!r} must be named like its field {f.name!r}")
@@ -86,9 +90,16 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
                 spec.flag,
                 dest=f.name,
                 default=None,
-                metavar=spec.metavar or spec.flag.lstrip("-").upper().replace("-", "_"),
+                metavar=spec.metavar or _metavar(spec, is_duration),
                 help=help_text,
             )
+
+
+def _metavar(spec: OptionSpec, is_duration: bool) -> str:
+    choices = getattr(spec.parse, "choices", None)
+    if choices:
+        return "{" + ",".join(choices) + "}"
+    return "SECONDS" if is_duration else spec.flag.lstrip("-").upper().replace("-", "_")
 
 
 def _show(value: Any) -> str:
@@ -211,12 +222,16 @@ def boolean(text: str) -> bool:
 
 
 def choice(*allowed: str) -> Parser:
-    def parse(text: str) -> str:
-        lowered = text.strip().lower()
-        if lowered not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
-        return lowered
+    """One of ``allowed``, matched without regard to case, returned as spelled there."""
+    by_lower = {a.lower(): a for a in allowed}
 
+    def parse(text: str) -> str:
+        found = by_lower.get(text.strip().lower())
+        if found is None:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return found
+
+    parse.choices = allowed  # type: ignore[attr-defined]  # read by add_arguments for the usage line
     return parse
 
 
@@ -260,7 +275,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclass(frozen=True)
 class CommonSettings:
-    """Options every service has (DESIGN.md §2's table)."""
+    """Options every service has (docs/ARCHITECTURE.md#options)."""
 
     nats_url: tuple[str, ...] = option(
         ("nats://127.0.0.1:4222",),

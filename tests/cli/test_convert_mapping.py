@@ -174,7 +174,7 @@ def test_v2beta1_pods_and_external_metrics() -> None:
         {"name": "gpu_util", "target": 40},
         {"name": "gpu_mem_used_mib", "target": 10000},
     ]
-    assert said(conv, "selector {'matchLabels': {'app': 'bert'}} left out")
+    assert said(conv, "selector {matchLabels: {app: bert}} left out")
 
 
 def test_cpu_and_memory_metrics_are_named_and_the_gpu_ones_kept() -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from gpuscale_cli.demo.report import (
     ActionRecord,
     DecisionRecord,
+    Followed,
     Limits,
     Provisioning,
     RunRecord,
@@ -15,8 +19,15 @@ from gpuscale_cli.demo.report import (
     reaction_s,
     record_provisioning,
     summary,
+    summary_lines,
     violations,
 )
+
+WORKLOAD_FIELDS = (
+    "workload", "metric", "target", "limits", "reaction_s", "time_to_adequate_s", "adequacy_episodes",
+    "underprovisioned_gpu_s", "overprovisioned_gpu_s", "scale_events", "max_overshoot_replicas",
+    "oscillations", "violations", "timeline", "decisions", "actions",
+)  # fmt: skip
 
 
 def point(
@@ -72,12 +83,14 @@ def test_change_inside_cooldown_is_a_violation_only_in_the_same_direction() -> N
     assert found == ["t=40s: scale-up 30.0s after the last one, inside its 60s cooldown"]
 
 
-def test_summary_has_the_documented_fields() -> None:
-    doc = summary(run([point(0, 30), point(20, 90)], [applied(25, 1, 2)]), 120.0)
-    assert {"profile", "duration_s", "reaction_s", "timeline", "decisions", "actions", "violations"} <= set(
-        doc
-    )
-    assert doc["timeline"][0] == {
+def test_summary_is_the_run_then_a_list_of_workloads_each_in_one_shape() -> None:
+    record = run([point(0, 30), point(20, 90)], [applied(25, 1, 2)])
+    doc = summary("step", 120.0, [Followed("default/bert", "gpu_util", 70.0, record)])
+    assert set(doc) == {"profile", "duration_s", "needed_per_pod", "workloads"}  # no workload's fields here
+    (w,) = doc["workloads"]
+    assert set(w) == set(WORKLOAD_FIELDS)
+    assert (w["workload"], w["metric"], w["target"]) == ("default/bert", "gpu_util", 70.0)
+    assert w["timeline"][0] == {
         "t": 0,
         "load": 30,
         "replicas": 1,
@@ -85,19 +98,57 @@ def test_summary_has_the_documented_fields() -> None:
         "gpu_util_avg": 50.0,
         "metric_avg": None,
         "requests_waiting_avg": None,
+        "recent_avg": None,
     }
-    assert doc["violations"] == []
-    # Issue 14's fields: 90 needs 2 at 70 per pod; 1 requested from t=20 until the PATCH at 25.
-    assert {
-        "time_to_adequate_s",
-        "underprovisioned_gpu_s",
-        "overprovisioned_gpu_s",
-        "scale_events",
-        "max_overshoot_replicas",
-        "oscillations",
-        "needed_per_pod",
-    } <= set(doc)
-    assert (doc["time_to_adequate_s"], doc["underprovisioned_gpu_s"]) == (5.0, 5.0)
+    assert w["violations"] == []
+    # 90 needs 2 at 70 per pod; 1 requested from t=20 until the PATCH at 25.
+    assert (w["time_to_adequate_s"], w["underprovisioned_gpu_s"]) == (5.0, 5.0)
+
+
+def test_two_workloads_are_two_entries_and_none_is_repeated_at_the_top() -> None:
+    one = Followed("default/llm-queue", "requests_waiting", 4.0, run([point(0, 30)], []))
+    two = Followed("default/llm-util", "gpu_util", 70.0, run([point(0, 30)], []))
+    doc = summary("llm", 60.0, [one, two])
+    assert [w["workload"] for w in doc["workloads"]] == ["default/llm-queue", "default/llm-util"]
+    assert "timeline" not in doc
+
+
+def test_a_decision_carries_the_value_it_used_and_what_that_value_is() -> None:
+    record = run([point(0, 30)], [])
+    record.decisions.append(
+        DecisionRecord(
+            3.0, 1003.0, 1, 4, "gpu_util: estimated demand 237.5 ...", "d-1", 237.5, "estimated demand"
+        )
+    )
+    (w,) = summary("step", 10.0, [Followed("default/bert", "gpu_util", 70.0, record)])["workloads"]
+    assert w["decisions"][0]["value"] == 237.5
+    assert w["decisions"][0]["basis"] == "estimated demand"
+    lines = "\n".join(
+        summary_lines(summary("step", 10.0, [Followed("default/bert", "gpu_util", 70.0, record)]), "/tmp/x")
+    )
+    assert "1 -> 4 [estimated demand 237.5]" in lines
+
+
+def test_docs_define_every_field_of_the_report() -> None:
+    """docs/DEMO.md has a row for each field the report writes, in the run, a workload,
+    a timeline point, a decision and an action."""
+    doc = (Path(__file__).parents[2] / "docs" / "DEMO.md").read_text()
+    record = run([point(0, 30), point(5, 200)], [applied(1, 1, 2)])  # short of 3 from 5 s
+    record.decisions.append(DecisionRecord(1.0, 1001.0, 1, 2, "r", "d-1", 80.0, "window mean"))
+    full = summary("step", 10.0, [Followed("default/bert", "gpu_util", 70.0, record)])
+    (w,) = full["workloads"]
+    fields = {
+        *full,
+        *w,
+        *w["timeline"][0],
+        *w["decisions"][0],
+        *w["actions"][0],
+        *w["limits"],
+        *w["adequacy_episodes"][0],
+    }
+    defined = set(re.findall(r"^\| `([a-z_.]+)`", doc, re.MULTILINE))
+    missing = {f for f in fields if f not in defined and not any(d.endswith("." + f) for d in defined)}
+    assert not missing, f"docs/DEMO.md does not define: {sorted(missing)}"
 
 
 # --- provisioning: requested replicas against what the load needs -------------------

@@ -1,8 +1,7 @@
 """`gpuscale setup` against a real nats-server: it makes every stream and
 bucket, is idempotent, sizes them, and is the only one that reshapes them (a
 service uses what it finds and says what differs). Each stream's own byte
-budget keeps a flood of samples from starving the decisions (issue 12's
-finding 9)."""
+budget keeps a flood of samples from starving the decisions."""
 
 from __future__ import annotations
 

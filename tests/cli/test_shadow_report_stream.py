@@ -1,4 +1,4 @@
-"""Issue 32: `gpuscale shadow-report` against a real nats-server with JetStream.
+"""`gpuscale shadow-report` against a real nats-server with JetStream.
 Advice it cannot read (bytes that are no decision, a subject naming no workload,
 a payload for another workload than its subject) is skipped, counted and said,
 and every other workload's report comes out as ever, exit 0; and the stream is
@@ -155,6 +155,7 @@ async def slow_link(upstream_port: int, delay_s: float) -> AsyncIterator[int]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+@pytest.mark.serial  # it times the rounds against the round trips: alone, not beside another worker's test
 async def test_a_large_stream_is_read_in_rounds_not_one_round_trip_per_message(
     nats_server: EmbeddedNats, nats_client: NATS
 ) -> None:

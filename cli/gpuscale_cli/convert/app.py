@@ -36,7 +36,7 @@ class ConvertSettings:
     mode: str = option(
         "Active",
         "--mode",
-        parse=lambda text: {"active": "Active", "shadow": "Shadow"}[choice("active", "shadow")(text)],
+        parse=choice("Active", "Shadow"),
         help="spec.mode of every GPUScaler printed: Shadow to compare with the autoscaler "
         "you have before cutting over (gpuscale shadow-report)",
     )

@@ -122,6 +122,24 @@ _SUFFIX: Final = {
 }
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_./-]+")
+
+
+def flow(value: Any) -> str:
+    """A value as the user wrote it in YAML (flow style), never a Python repr in a note."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{flow(k)}: {flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(flow(v) for v in value) + "]"
+    if isinstance(value, str):
+        return value if _PLAIN.fullmatch(value) else '"' + value.replace('"', '\\"') + '"'
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def parse_quantity(value: Any) -> float:
     """A Kubernetes quantity (``20``, ``"500m"``, ``"2Gi"``, ``1e3``) as a float, or ValueError."""
     if isinstance(value, bool):
@@ -261,7 +279,7 @@ def _rules(raw: Any, where: str, conv: Conversion) -> dict[str, Any] | None:
             ):
                 kept.append({"type": ptype, "value": value, "periodSeconds": period})
             else:
-                conv.unmapped.append(f"{where}.policies[{i}] {dict(pm)!r}: not a valid rate policy, left out")
+                conv.unmapped.append(f"{where}.policies[{i}] {flow(pm)}: not a valid rate policy, left out")
         if kept:
             out["policies"] = kept
         elif not isinstance(policies, list) or policies:
@@ -451,7 +469,7 @@ def _hpa_metric(i: int, raw: Any, version: str, conv: Conversion, metrics: _Metr
         return
     if selector:
         conv.unmapped.append(
-            f"{origin}: {name}: selector {selector!r} left out: the GPUScaler measures the pods of its "
+            f"{origin}: {name}: selector {flow(selector)} left out: the GPUScaler measures the pods of its "
             "scaleTargetRef (the Deployment's own selector)"
         )
     how = "average value" if kind == "AverageValue" else "value"

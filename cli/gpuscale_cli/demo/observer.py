@@ -21,10 +21,35 @@ from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import get_logger
 from gpuscale.natsio import NATS
-from gpuscale.wire import Action, Decision, WireError, WorkloadMetrics
-from gpuscale_cli.demo.report import ActionRecord, DecisionRecord, Limits, RunRecord, TimelinePoint
+from gpuscale.wire import Action, Decision, MetricValues, WireError, WorkloadMetrics
+from gpuscale_cli.demo.report import (
+    ActionRecord,
+    DecisionRecord,
+    Followed,
+    Limits,
+    RunRecord,
+    TimelinePoint,
+)
 
 GROUP, VERSION, PLURAL = "gpuscale.io", "v1alpha1", "gpuscalers"
+# What a decision's value may be (``inputs.averages_basis``): named so on every screen.
+BASES = ("window mean", "recent mean", "recent and window means", "estimated demand")
+
+
+def decision_basis(metric: str, inputs: dict[str, Any]) -> tuple[float | None, str]:
+    """The value a decision used for ``metric`` and what it is; "" where the decider did
+    not say (an older one): shown unnamed rather than named wrongly."""
+    averages = inputs.get("averages")
+    value = averages.get(metric) if isinstance(averages, dict) else None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None, ""
+    said = inputs.get("averages_basis")
+    basis = said.get(metric) if isinstance(said, dict) else None
+    return float(value), basis if isinstance(basis, str) and basis in BASES else ""
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 @dataclass
@@ -41,6 +66,9 @@ class WorkloadView:
     gpu_util_avg: float | None = None
     metric_avg: float | None = None  # the GPUScaler's (first) metric
     requests_waiting_avg: float | None = None
+    recent_avg: float | None = None  # the metric over the last ``recent_s`` only
+    recent_s: float | None = None
+    window_s: float | None = None
     metrics_ts: float | None = None
     load: float | None = None
     load_since: float | None = None  # the wall time kube-sim says the current level began
@@ -64,6 +92,8 @@ class WorkloadView:
             "workload": self.key,
             "metric": self.metric,
             "target": self.target,
+            "window_s": self.window_s,
+            "recent_s": self.recent_s,
             "limits": {"min": self.limits.min_replicas, "max": self.limits.max_replicas},
             "ready": self.ready,
             "conditions": self.conditions,
@@ -76,6 +106,7 @@ class WorkloadView:
                     "gpu_util_avg": p.gpu_util_avg,
                     "metric_avg": p.metric_avg,
                     "requests_waiting_avg": p.requests_waiting_avg,
+                    "recent_avg": p.recent_avg,
                 }
                 for p in self.record.timeline
             ],
@@ -174,15 +205,17 @@ class DemoState:
     def matches(self, namespace: str, name: str) -> bool:
         return f"{namespace}/{name}" in self.views
 
+    def followed(self) -> list[WorkloadView]:
+        """The workloads of the GPUScalers found, in the order found."""
+        return [v for k, v in self.views.items() if k]
+
+    def report(self) -> list[Followed]:
+        """What the report names of each workload followed (the primary one when none was found)."""
+        views = self.followed() or [self.primary]
+        return [Followed(v.key, v.metric, v.target, v.record) for v in views]
+
     def as_json(self) -> dict[str, Any]:
-        views = [v for k, v in self.views.items() if k]
-        first = views[0].as_json() if views else WorkloadView("", self.profile).as_json()
-        return {
-            "profile": self.profile,
-            **first,
-            "workload": first["workload"] or None,
-            "workloads": [v.as_json() for v in views],
-        }
+        return {"profile": self.profile, "workloads": [v.as_json() for v in self.followed()]}
 
 
 class Observer:
@@ -213,6 +246,15 @@ class Observer:
                 view.gpu_util_avg = m.averages.get("gpu_util")
                 view.metric_avg = m.averages.get(view.metric)
                 view.requests_waiting_avg = m.averages.get("requests_waiting")
+                # The pods' recent means, averaged as the window's are (over the pods that sent one).
+                recent = [
+                    p.recent[view.metric]
+                    for p in m.pods
+                    if isinstance(p.recent, MetricValues) and view.metric in p.recent
+                ]
+                view.recent_avg = _mean(recent)
+                view.recent_s = m.recent_s if isinstance(m.recent_s, float | int) else None
+                view.window_s = m.window_s
                 view.metrics_ts = m.ts
 
     async def _on_decision(self, msg: Any) -> None:
@@ -220,8 +262,11 @@ class Observer:
             d = self.decisions_reader.decode(msg.data, time.time())
             view = self.state.find(d.namespace, d.name)
             if view is not None:
+                value, basis = decision_basis(view.metric, d.inputs)
                 view.record.decisions.append(
-                    DecisionRecord(self.state.t(d.ts), d.ts, d.from_replicas, d.to_replicas, d.reason, d.id)
+                    DecisionRecord(
+                        self.state.t(d.ts), d.ts, d.from_replicas, d.to_replicas, d.reason, d.id, value, basis
+                    )
                 )
 
     async def _on_action(self, msg: Any) -> None:
@@ -304,6 +349,7 @@ class Observer:
                 kept(view.gpu_util_avg),
                 kept(view.metric_avg) if view.metric != "gpu_util" else None,
                 kept(view.requests_waiting_avg),
+                kept(view.recent_avg),
             )
         )
 

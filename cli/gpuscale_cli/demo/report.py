@@ -28,6 +28,9 @@ class TimelinePoint:
     gpu_util_avg: float | None
     metric_avg: float | None = None  # the GPUScaler's (first) metric, when not gpu_util
     requests_waiting_avg: float | None = None  # the engine's queue per pod, when it has one
+    # The GPUScaler's (first) metric over the last seconds only (what a pinned or
+    # rising load is judged on), when the aggregator sends it.
+    recent_avg: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,10 @@ class DecisionRecord:
     to_replicas: int
     reason: str
     id: str
+    # The value the decision rested on for the GPUScaler's (first) metric, and what it
+    # is ("window mean", "recent mean", "recent and window means", "estimated demand").
+    value: float | None = None
+    basis: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +54,8 @@ class DecisionRecord:
             "to": self.to_replicas,
             "reason": self.reason,
             "id": self.id,
+            "value": self.value,
+            "basis": self.basis or None,
         }
 
 
@@ -174,7 +183,7 @@ def violations(record: RunRecord) -> list[str]:
     return found
 
 
-# --- what users pay for (issue 14): capacity against need ---------------------------
+# --- what users pay for: capacity against need ---------------------------------------
 
 
 def needed_replicas(
@@ -288,28 +297,89 @@ def record_provisioning(record: RunRecord, per_pod: float = NEEDED_PER_POD) -> P
     )
 
 
-def summary(record: RunRecord, duration_s: float, per_pod: float = NEEDED_PER_POD) -> dict[str, Any]:
-    """The --report document of one workload."""
+def timeline_json(record: RunRecord) -> list[dict[str, Any]]:
+    return [
+        {
+            "t": p.t,
+            "load": p.load,
+            "replicas": p.replicas,
+            "desired": p.desired,
+            "gpu_util_avg": p.gpu_util_avg,
+            "metric_avg": p.metric_avg,
+            "requests_waiting_avg": p.requests_waiting_avg,
+            "recent_avg": p.recent_avg,
+        }
+        for p in record.timeline
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Followed:
+    """One GPUScaler's workload as the report names it."""
+
+    workload: str  # "namespace/name" of the scale target
+    metric: str
+    target: float | None
+    record: RunRecord
+
+
+def workload_summary(followed: Followed, per_pod: float = NEEDED_PER_POD) -> dict[str, Any]:
+    """One entry of the report's ``workloads`` (docs/DEMO.md defines each field)."""
+    record = followed.record
     return {
-        "profile": record.profile,
-        "duration_s": round(duration_s, 3),
-        "reaction_s": reaction_s(record),
-        "needed_per_pod": per_pod,
-        **record_provisioning(record, per_pod).to_json(),
+        "workload": followed.workload or None,
+        "metric": followed.metric,
+        "target": followed.target,
         "limits": asdict(record.limits),
-        "timeline": [
-            {
-                "t": p.t,
-                "load": p.load,
-                "replicas": p.replicas,
-                "desired": p.desired,
-                "gpu_util_avg": p.gpu_util_avg,
-                "metric_avg": p.metric_avg,
-                "requests_waiting_avg": p.requests_waiting_avg,
-            }
-            for p in record.timeline
-        ],
+        "reaction_s": reaction_s(record),
+        **record_provisioning(record, per_pod).to_json(),
+        "violations": violations(record),
+        "timeline": timeline_json(record),
         "decisions": [d.to_json() for d in record.decisions],
         "actions": [asdict(a) for a in record.actions],
-        "violations": violations(record),
     }
+
+
+def summary(
+    profile: str, duration_s: float, workloads: Sequence[Followed], per_pod: float = NEEDED_PER_POD
+) -> dict[str, Any]:
+    """The --report document: the run, then a list of its workloads, each in one shape."""
+    return {
+        "profile": profile,
+        "duration_s": round(duration_s, 3),
+        "needed_per_pod": per_pod,
+        "workloads": [workload_summary(w, per_pod) for w in workloads],
+    }
+
+
+def summary_lines(doc: dict[str, Any], log_dir: str) -> list[str]:
+    """What the demo prints when it ends: the report's figures, each named as docs/DEMO.md does."""
+    lines = [
+        "",
+        f"gpuscale demo finished after {doc['duration_s']} s (profile {doc['profile']})",
+        f"  (needed replicas: load ÷ {doc['needed_per_pod']:g} GPU-% per pod; the terms: docs/DEMO.md)",
+    ]
+    for w in doc["workloads"]:
+        decisions = w["decisions"]
+        lines += [
+            f"  {w['workload'] or '(no GPUScaler)'} scaled on {w['metric']} (target {w['target']}):",
+            f"    reaction (first load step -> first scale-up applied): {_seconds(w['reaction_s'])}",
+            f"    time to adequate (longest stretch with fewer replicas than needed): {_seconds(w['time_to_adequate_s'])}",
+            f"    under-provisioned {w['underprovisioned_gpu_s']} GPU-s · over-provisioned {w['overprovisioned_gpu_s']} GPU-s"
+            f" · scale events {w['scale_events']} · overshoot {w['max_overshoot_replicas']} replicas"
+            f" · oscillations {w['oscillations']}",
+            f"    decisions: {len(decisions)}",
+        ]
+        for d in decisions[-10:]:
+            used = (
+                f" [{d['basis']} {d['value']:.1f}]" if d.get("basis") and d.get("value") is not None else ""
+            )
+            lines.append(f"      t={d['t']:6.1f}s  {d['from']} -> {d['to']}{used}: {d['reason']}")
+        found = w["violations"]
+        lines.append(f"    violations (limits or cooldowns broken): {'; '.join(found) if found else 'none'}")
+    lines.append(f"  logs: {log_dir}")
+    return lines
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:g} s"

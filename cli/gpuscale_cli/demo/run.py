@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import signal
 import sys
@@ -18,7 +19,7 @@ from gpuscale.embedded_nats import EmbeddedNats, NatsServerError, free_port
 from gpuscale.kube import new_api_client
 from gpuscale.logging import configure, get_logger
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.natsio import connect, drain
+from gpuscale.natsio import connect, drain, redact
 from gpuscale_cli.demo import report as report_mod
 from gpuscale_cli.demo import terminal, ui
 from gpuscale_cli.demo.observer import DemoState, Observer
@@ -31,6 +32,7 @@ DEMO_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4")
 LLM_PROFILE = "llm"
 LLM_TRACE = "bursty"
 DEFAULT_NON_TTY_DURATION_S = 120.0
+ENV_FILE = "demo.env"  # in the logs folder: NATS URL and kubeconfig of the running demo
 
 
 def _wait_for_kube_sim(url: str, kubeconfig: Path, group: ProcessGroup, timeout_s: float = 30.0) -> None:
@@ -43,7 +45,52 @@ def _wait_for_kube_sim(url: str, kubeconfig: Path, group: ProcessGroup, timeout_
                 if resp.status == 200:
                     return
         time.sleep(0.1)
-    raise RuntimeError("kube-sim did not come up; see its log: " + str(group.children[0].log_path))
+    sim = group.children[0]
+    last = next((line for line in reversed(sim.tail().splitlines()) if line.strip()), "")
+    said = f": {_plain(last)}" if last else ""
+    raise RuntimeError(f"kube-sim did not come up{said} (its log: {sim.log_path})")
+
+
+def _plain(log_line: str) -> str:
+    """A JSON log line's error (or event), else the line itself, cut to one screen line."""
+    with contextlib.suppress(ValueError, AttributeError):
+        fields = json.loads(log_line)
+        log_line = str(fields.get("error") or fields.get("event") or log_line)
+    return " ".join(log_line.split())[:200]
+
+
+def door_lines(nats_url: str, kubeconfig: Path, env_file: Path) -> list[str]:
+    """What another terminal needs to reach the running demo: the commands that work against it."""
+    return [
+        f"gpuscale demo: NATS {redact(nats_url)} · kubeconfig {kubeconfig} · both in {env_file}",
+        f"  gpuscale status --nats-url {redact(nats_url)} --kubeconfig {kubeconfig}",
+        f"  kubectl --kubeconfig {kubeconfig} get gpuscalers -A",
+        f"  gpuscale doctor --nats-url {redact(nats_url)} --kubeconfig {kubeconfig} --namespace default",
+        f"  (or: . {env_file}; gpuscale status; gpuscale doctor; kubectl get gpuscalers -A)",
+    ]
+
+
+def write_env_file(path: Path, nats_url: str, kubeconfig: Path) -> None:
+    """The env file of the door lines: what ``gpuscale status`` and ``kubectl`` read."""
+    path.write_text(
+        "# gpuscale demo: source this file (. FILE) to reach the running demo\n"
+        f"export GPUSCALE_NATS_URL={redact(nats_url)}\n"
+        f"export KUBECONFIG={kubeconfig}\n"
+        "export GPUSCALE_NAMESPACE=default\n"  # where the demo's Leases are, for gpuscale doctor
+    )
+
+
+async def _start_ui(state: DemoState, port: int) -> tuple[Any, int]:
+    """The web page on ``port``, or on a free one (said on the terminal) when that one is taken."""
+    try:
+        return await ui.start(state, "127.0.0.1", port)
+    except OSError as e:
+        if port == 0:
+            raise
+        runner, bound = await ui.start(state, "127.0.0.1", 0)
+        reason = "is taken" if e.errno == errno.EADDRINUSE else f"cannot be used ({e.strerror or e})"
+        print(f"gpuscale demo: port {port} {reason}; the web page is on port {bound} instead", flush=True)
+        return runner, bound
 
 
 def start_pipeline(settings: DemoSettings, group: ProcessGroup) -> tuple[str, Path]:
@@ -116,9 +163,12 @@ async def _run(settings: DemoSettings) -> int:
     api = None
     try:
         sim_url, kubeconfig = await asyncio.to_thread(start_pipeline, settings, group)
-        runner, ui_port = await ui.start(state, "127.0.0.1", settings.ui_port)
+        runner, ui_port = await _start_ui(state, settings.ui_port)
         ui_url = f"http://127.0.0.1:{ui_port}/"
         print(f"gpuscale demo: web page {ui_url} · logs in {log_dir}", flush=True)
+        env_file = log_dir / ENV_FILE
+        write_env_file(env_file, nats.url, kubeconfig)
+        print("\n".join(door_lines(nats.url, kubeconfig, env_file)), flush=True)
         nc = await connect([nats.url], ServiceMetrics("demo"), name="demo")
         api = await new_api_client(kubeconfig)
         observer = Observer(state, nc, api, sim_url)
@@ -140,7 +190,11 @@ async def _run(settings: DemoSettings) -> int:
                     )
                 code = 1
                 break
-            view.draw(terminal.render(state, elapsed, duration, ui_url), elapsed)
+            frame = terminal.render(state, elapsed, duration, ui_url)
+            # On a terminal the door lines scroll away: a pointer to them stays, where it fits.
+            if view.tty and frame.count("\n") < terminal.SIZE[1] - 2:
+                frame += f"\nother tools: . {env_file}; gpuscale status"
+            view.draw(frame, elapsed)
             await sleep_unless_stopped(stop, 1.0)
         stop.set()
         await observe
@@ -162,43 +216,13 @@ async def _run(settings: DemoSettings) -> int:
         nats.close()
         demo_log.close()
 
-    summary = _report(state, run_s)
-    _print_summary(summary, log_dir)
-    if settings.report is not None:
-        settings.report.write_text(json.dumps(summary, indent=2))
-        print(f"report written to {settings.report}")
+    summary = report_mod.summary(state.profile, run_s, state.report())
+    print("\n".join(report_mod.summary_lines(summary, str(log_dir))))
+    # Where the user says; else beside the logs, never in the working directory.
+    report_path = settings.report or log_dir / "report.json"
+    report_path.write_text(json.dumps(summary, indent=2))
+    print(f"report written to {report_path}")
     return code
-
-
-def _report(state: DemoState, run_s: float) -> dict[str, Any]:
-    """The --report document: the first workload's summary at the top level (as
-    before there were several), every workload's under ``workloads``."""
-    views = [v for k, v in state.views.items() if k] or [state.primary]
-    each = [
-        {"workload": v.key, "metric": v.metric, "target": v.target, **report_mod.summary(v.record, run_s)}
-        for v in views
-    ]
-    return {**each[0], "workloads": each}
-
-
-def _print_summary(summary: dict[str, Any], log_dir: Path) -> None:
-    print()
-    print(f"gpuscale demo finished after {summary['duration_s']} s (profile {summary['profile']})")
-    for w in summary["workloads"]:
-        decisions = w["decisions"]
-        print(f"  {w['workload'] or '(no GPUScaler)'} scaled on {w['metric']} (target {w['target']}):")
-        print(f"    reaction (first load step -> first scale-up PATCH): {w['reaction_s']} s")
-        print(
-            f"    time to adequate {w['time_to_adequate_s']} s · under-provisioned {w['underprovisioned_gpu_s']} GPU-s"
-            f" · over-provisioned {w['overprovisioned_gpu_s']} GPU-s · scale events {w['scale_events']}"
-            f" · overshoot {w['max_overshoot_replicas']} · oscillations {w['oscillations']}"
-        )
-        print(f"    decisions: {len(decisions)}")
-        for d in decisions[-10:]:
-            print(f"      t={d['t']:6.1f}s  {d['from']} -> {d['to']}: {d['reason']}")
-        violations = w["violations"]
-        print(f"    violations: {violations if violations else 'none'}")
-    print(f"  logs: {log_dir}")
 
 
 def main(settings: DemoSettings) -> int:

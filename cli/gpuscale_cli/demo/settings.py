@@ -6,6 +6,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscale.settings import LOG_LEVELS, choice, non_empty, option, path, port, positive_float, seconds
+from gpuscale_kubesim.load import parse_profile
+
+LLM_PROFILE = "llm"
+
+
+def load_profile(text: str) -> str:
+    """A profile kube-sim will accept, checked here so a typo is one line, not a kube-sim that never comes up."""
+    name = non_empty(text)
+    if name.strip().lower() == LLM_PROFILE or Path(name).expanduser().is_file():
+        return name
+    try:
+        parse_profile(name)
+    except ValueError:
+        raise ValueError(
+            "unknown load profile: use step, spike, diurnal, ramp, bursty, constant:N, llm "
+            "or the path of a YAML/JSON file"
+        ) from None
+    return name
 
 
 @dataclass(frozen=True)
@@ -14,7 +32,7 @@ class DemoSettings:
         "step",
         "--profile",
         env="GPUSCALE_DEMO_PROFILE",
-        parse=non_empty,
+        parse=load_profile,
         help="load profile: step, spike, diurnal, ramp, bursty, constant:N, or a YAML/JSON file of {t, load} "
         "points; llm: two vLLM-like workloads on a bursty trace, one scaled on requests_waiting, one on gpu_util",
     )
@@ -26,7 +44,12 @@ class DemoSettings:
         help="seconds to run (default: until Ctrl-C on a terminal, 120 otherwise)",
     )
     report: Path | None = option(
-        None, "--report", env="GPUSCALE_DEMO_REPORT", parse=path, help="write a JSON summary of the run here"
+        None,
+        "--report",
+        env="GPUSCALE_DEMO_REPORT",
+        parse=path,
+        help="where to write the JSON report of the run "
+        "(default: report.json in the logs folder; docs/DEMO.md explains its fields)",
     )
     ui_port: int = option(
         8080,

@@ -1,4 +1,8 @@
-"""The terminal view: one frame rendered from the observer's state (pure), drawn in place."""
+"""The terminal view: one frame rendered from the observer's state (pure), drawn in place.
+
+A frame fits the terminal it is drawn for (80×24 unless told): the title and the
+web page's address stay on top, every line is cut to the width, and what does
+not fit is left off at the bottom, so nothing scrolls away."""
 
 from __future__ import annotations
 
@@ -6,67 +10,97 @@ import sys
 from typing import TextIO
 
 from gpuscale_cli.demo.observer import DemoState, WorkloadView
+from gpuscale_cli.demo.report import NEEDED_PER_POD, needed_replicas
 
 CLEAR = "\x1b[H\x1b[J"
+SIZE = (80, 24)
+BAR = 30
+# A pod carries at most this much load (GPU-%): the load bar's scale is the most pods at it.
+POD_FULL = 100.0
 
 
-def _bar(value: float | None, full: float, width: int = 30) -> str:
+def _bar(value: float | None, full: float, width: int = BAR) -> str:
     if value is None or full <= 0:
         return " " * width
     filled = max(0, min(width, round(width * value / full)))
     return "█" * filled + "·" * (width - filled)
 
 
-def _workload_lines(view: WorkloadView, now_t: float) -> list[str]:
+def _num(value: float | None, fmt: str = ".1f") -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def _ago(seconds: float) -> str:
+    return "just now" if seconds < 1.0 else f"{seconds:.0f} s ago"
+
+
+def _workload_lines(view: WorkloadView) -> list[str]:
     p = view.latest()
+    lim = view.limits
     target_txt = "—" if view.target is None else f"{view.target:g}"
-    lines = [f"workload   {view.key}  (scaled on {view.metric}, target {target_txt})"]
+    lines = [
+        f"{view.key} · {view.metric}, target {target_txt} · replicas {lim.min_replicas}..{lim.max_replicas}"
+    ]
     if p is not None:
-        value = p.gpu_util_avg if view.metric == "gpu_util" else p.metric_avg
-        shown = "—" if value is None else f"{value:5.1f}"
-        full = 100.0 if view.metric in ("gpu_util", "kv_cache_usage") else max(2 * (view.target or 1.0), 1.0)
-        lines += [
-            f"load       {'—' if p.load is None else f'{p.load:6.1f}'} GPU-%  {_bar(p.load, max(view.max_load, 1.0))}",
-            f"{view.metric:<10} {shown} / target {target_txt}  {_bar(value, full)}",
-        ]
-        if view.metric != "gpu_util":
-            util = "—" if p.gpu_util_avg is None else f"{p.gpu_util_avg:5.1f}"
-            lines.append(f"gpu_util   {util}  {_bar(p.gpu_util_avg, 100.0)}")
+        full = lim.max_replicas * POD_FULL
         lines.append(
-            f"replicas   {p.replicas if p.replicas is not None else '—'} (ready {view.ready if view.ready is not None else '—'})"
-            f" → desired {p.desired if p.desired is not None else '—'}   [min {view.limits.min_replicas}, max {view.limits.max_replicas}]"
+            f"load      {_num(p.load, '5.0f')} GPU-%  {_bar(p.load, full)}"
+            f" of {full:.0f} ({lim.max_replicas} pods × {POD_FULL:.0f})"
+        )
+        window = p.gpu_util_avg if view.metric == "gpu_util" else p.metric_avg
+        recent = "" if p.recent_avg is None else f" · recent mean {p.recent_avg:.1f}"
+        if recent and view.recent_s:
+            recent += f" (last {view.recent_s:g} s)"
+        lines.append(f"{view.metric:<9} window mean {_num(window)}{recent} · target {target_txt}")
+        if view.metric != "gpu_util":
+            lines.append(f"gpu_util  window mean {_num(p.gpu_util_avg)} %")
+        needed = (
+            None
+            if p.load is None
+            else needed_replicas(p.load, NEEDED_PER_POD, lim.min_replicas, lim.max_replicas)
+        )
+        lines.append(
+            f"replicas  {_num(p.replicas, 'd')} (ready {_num(view.ready, 'd')}) → desired {_num(p.desired, 'd')}"
+            f" · needed {_num(needed, 'd')} (load ÷ {NEEDED_PER_POD:g})"
         )
     if view.record.decisions:
         d = view.record.decisions[-1]
-        lines += [
-            f"last decision ({now_t - d.t:.0f}s ago): {d.from_replicas} → {d.to_replicas}",
-            f"  {d.reason}",
-        ]
+        # On the state's clock (the timeline's), as the decision's own time is.
+        ago = max(0.0, (p.t if p is not None else d.t) - d.t)
+        used = "" if d.value is None else f" on {d.basis or 'a value of'} {d.value:.1f}"
+        lines += [f"decided   {d.from_replicas} → {d.to_replicas}{used} ({_ago(ago)})", f"  {d.reason}"]
+    counts = f"decisions {len(view.record.decisions)} · actions {len(view.record.actions)}"
     if view.record.actions:
         a = view.record.actions[-1]
-        lines.append(
-            f"last action: {a.outcome} {a.replicas_before} → {a.replicas_after}"
-            + (f" ({a.error})" if a.error else "")
-        )
-    lines.append(f"decisions {len(view.record.decisions)} · actions {len(view.record.actions)}")
+        error = f" ({a.error})" if a.error else ""
+        counts = f"last action {a.outcome} {a.replicas_before} → {a.replicas_after}{error} · {counts}"
+    lines.append(counts)
     return lines
 
 
-def render(state: DemoState, now_t: float, duration_s: float | None, ui_url: str) -> str:
+def _fit(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def render(
+    state: DemoState, now_t: float, duration_s: float | None, ui_url: str, size: tuple[int, int] = SIZE
+) -> str:
+    """One frame of at most ``size`` (columns, lines), less the line the cursor rests on."""
+    width, height = size
     lines = [
         f"gpuscale demo · profile {state.profile} · t={now_t:.0f}s"
         + (f"/{duration_s:.0f}s" if duration_s else " (Ctrl-C to stop)"),
         f"web page: {ui_url}",
         "",
     ]
-    views = [v for k, v in state.views.items() if k]
+    views = state.followed()
     if not views:
-        lines.append("workload   (waiting for the GPUScaler)")
+        lines.append("waiting for the GPUScaler…")
     for i, view in enumerate(views):
         if i:
             lines.append("")
-        lines += _workload_lines(view, now_t)
-    return "\n".join(lines)
+        lines += _workload_lines(view)
+    return "\n".join(_fit(line, width) for line in lines[: max(2, height - 1)])
 
 
 class TerminalView:

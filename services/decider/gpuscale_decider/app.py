@@ -101,20 +101,25 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     log = ctx.log
     nc: NATS | None = None
     ctx.http.add_readiness("nats", lambda: is_connected(nc))
-    nc = await connect(
-        s.nats_url,
-        ctx.metrics,
-        name="gpuscale-decider",
-        creds=str(s.nats_creds) if s.nats_creds else None,
-        tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
-        stop=ctx.stop,
-        on_closed=ctx.reopen,
-    )
+    # Without a cluster config nothing can work: say so before creating any stream.
+    api = await new_api_client(s.kubeconfig)
+    try:
+        nc = await connect(
+            s.nats_url,
+            ctx.metrics,
+            name="gpuscale-decider",
+            creds=str(s.nats_creds) if s.nats_creds else None,
+            tls_ca=str(s.nats_tls_ca) if s.nats_tls_ca else None,
+            stop=ctx.stop,
+            on_closed=ctx.reopen,
+        )
+    except BaseException:
+        await api.close()
+        raise
     js = jetstream(nc)
     await _retry(ctx, "decisions_stream", lambda: declare_stream(js, subjects.DECISIONS))
     await _retry(ctx, "advice_stream", lambda: declare_stream(js, subjects.ADVICE))
     kv = await _retry(ctx, "state_bucket", lambda: declare_kv(js, subjects.decider_state(s.state_bucket)))
-    api = await new_api_client(s.kubeconfig)
 
     elector: LeaderElector | None = None
     if s.leader_election:
