@@ -23,7 +23,7 @@ pods by label selector as in production.
     .venv/bin/python bench/decider_bench.py --workloads 1000 --seconds 5
     .venv/bin/python bench/decider_bench.py --signals engine   # scaled on requests_waiting and gpu_util
 
-``--signals engine`` gives every workload an inference engine's signals (issue 14): each
+``--signals engine`` gives every workload an inference engine's signals: each
 pod's queue, running batch, KV cache and request flows beside its GPU load, and a policy on
 ``requests_waiting`` (4 per pod) and ``gpu_util`` (70), so that the queue's rules run (the
 flows' sizing, the capacity a queue measured and the scale-down it keeps) on every message.
@@ -75,7 +75,7 @@ def _message(i: int, now: float, rng: random.Random, signals: str = "gpu") -> by
     # twenty swings far enough to want a change now and then.
     swing = 0.0 if i % 20 else math.sin(now / 7.0 + i)
     util = min(100.0, max(0.0, 70.0 + 25.0 * swing + rng.uniform(-3.0, 3.0)))
-    # As the aggregator sends them to a decider since issue 14: each pod's recent means too.
+    # As the aggregator sends them to a decider: each pod's recent means too.
     recent = min(100.0, max(0.0, util + rng.uniform(-5.0, 5.0)))
     window, latest = MetricValues(gpu_util=util), MetricValues(gpu_util=recent)
     if signals == "engine":

@@ -1,4 +1,4 @@
-"""What one tenant's /metrics page costs a node's collector (issue 32).
+"""What one tenant's /metrics page costs a node's collector.
 
 Runs the real collector (``gpuscale collector --backend sim --sim-source
 kube-sim``) as a subprocess against a private nats-server and a kube-sim node

@@ -1,4 +1,4 @@
-"""Reaction benchmark: a 30 % -> 90 % GPU step against a target of 70 (DESIGN.md §7).
+"""Reaction benchmark: a 30 % -> 90 % GPU step against a target of 70 (docs/ARCHITECTURE.md#budgets).
 
 Runs the demo's pipeline (nats-server, kube-sim, sim collectors, aggregator,
 decider, actuator; each its own process) N times and reports, per run:

@@ -34,7 +34,7 @@ GOLDEN_TYPES: dict[str, type[Any]] = {
     "windows": WindowRequest,
 }
 # Metric names no v1 reader knows yet (the engine's requests_waiting & co. were
-# this set until issue 14 taught the contract them).
+# this set until the contract learnt them).
 NEWER_METRICS = {
     "time_to_first_token_p90_s": 0.42,
     "prefill_tokens_per_s": 1830.0,

@@ -1,4 +1,4 @@
-"""The GPUScaler policy (DESIGN.md §4) as a typed, validated model: the
+"""The GPUScaler policy (docs/ARCHITECTURE.md#algorithm) as a typed, validated model: the
 contract between a user and gpuscale, read by the decider (to decide) and
 the actuator (to refuse what the policy does not allow).
 
@@ -51,7 +51,7 @@ MAX_NAME_LENGTH: Final = 253  # a Kubernetes object name (DNS subdomain), an api
 DEFAULT_TOLERANCE: Final = 0.1
 DEFAULT_WINDOW_S: Final = 30.0
 # Metrics that cannot read above their ceiling (%): where every pod is pinned there,
-# the ratio understates demand (DESIGN.md §4). Memory is left out: a full framebuffer
+# the ratio understates demand (docs/ARCHITECTURE.md#algorithm). Memory is left out: a full framebuffer
 # is an allocation (vLLM reserves 90 % at start), not load.
 CEILINGS: Final = {"gpu_util": 100.0, "sm_active": 100.0, "sm_util": 100.0, "kv_cache_usage": 100.0}
 # Pinned: at or above this share of the ceiling.

@@ -1,4 +1,4 @@
-"""Wire contract v1 (DESIGN.md §3): the typed messages, their limits in their types.
+"""Wire contract v1 (docs/ARCHITECTURE.md#wire-contract): the typed messages, their limits in their types.
 
 Every v1 payload is a MessagePack map; the msgspec Structs below are its one
 definition. The contract's limits live in the field types (:data:`Percent` is
@@ -168,7 +168,7 @@ class MetricValues(_Wire, frozen=True, gc=False):
     gpu_mem_used_ratio: Percent | UnsetType = UNSET  # % of the framebuffer
     gpu_mem_used_mib: NonNegative | UnsetType = UNSET
     power_w: NonNegative | UnsetType = UNSET
-    # The inference engine's own gauges, scraped from the pod (issue 14): per-pod means.
+    # The inference engine's own gauges, scraped from the pod: per-pod means.
     requests_waiting: NonNegative | UnsetType = UNSET  # requests queued, not yet running
     requests_running: NonNegative | UnsetType = UNSET  # requests in the running batch
     kv_cache_usage: Percent | UnsetType = UNSET  # % of the KV cache in use
@@ -227,7 +227,7 @@ EngineName = Annotated[str, Meta(min_length=1, max_length=63)]
 
 class EngineSignals(_Wire, frozen=True, gc=False):
     """What the pod's inference server(s) said about demand, scraped by the
-    collector from the pod's own metrics endpoint (added in v1, issue 14).
+    collector from the pod's own metrics endpoint (added in v1).
     Summed over the pod's engines (a pod may run several); a value the
     engine does not expose is None (TGI has no KV-cache gauge)."""
 
@@ -316,7 +316,7 @@ class PodMetrics(_Wire, frozen=True, gc=False):
     pod: ObjectName
     values: MetricValues  # window means
     last_seen: Timestamp
-    # Added in v1 (issue 14): the means over the last ``recent_s`` of the
+    # Added in v1: the means over the last ``recent_s`` of the
     # message, where the workload's policy asked for them (a metric pinned at
     # its ceiling shows there seconds before the window's mean catches up).
     recent: MetricValues | UnsetType = UNSET
@@ -341,7 +341,7 @@ class WorkloadMetrics(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_V
     # pod joined the workload then (what was measured before is no evidence of the
     # per-pod load after it); the sender's clock, like ts.
     since: Timestamp | UnsetType = UNSET
-    # Added in v1 (issue 14): the span of each pod's ``recent`` means, when sent.
+    # Added in v1: the span of each pod's ``recent`` means, when sent.
     recent_s: WindowS | UnsetType = UNSET
 
     KIND: ClassVar[str] = "metrics"

@@ -1,5 +1,5 @@
 """Whatever lands in the actuator's fetch inbox and is not a JetStream delivery of its
-decisions consumer is dropped, counted and logged once per reason (issue 32): another
+decisions consumer is dropped, counted and logged once per reason: another
 login's junk, a reply aimed at the inbox (a forged ack subject too, where a server
 lets a client name one). The decisions behind it are applied as ever. Played with an
 unrestricted credential against a real nats-server and the real actuator, on kube-sim."""

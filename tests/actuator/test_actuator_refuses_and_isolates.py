@@ -1,5 +1,5 @@
 """The actuator applies no decision its target's GPUScaler does not allow, and
-one failing target never holds up another (issue 12's findings 3 and 5),
+one failing target never holds up another,
 against kube-sim and a real nats-server."""
 
 from __future__ import annotations

@@ -70,6 +70,7 @@ async def first_leader(*cands: Candidate, timeout_s: float = 10.0) -> Candidate:
     return waits[next(iter(done))]
 
 
+@pytest.mark.serial  # it times the handover against the lease: alone, not beside another worker's test
 async def test_one_leader_among_two_and_fast_handover_on_release(kube_sim: KubeSim) -> None:
     async with AsyncExitStack() as stack:
         api = await stack.enter_async_context(api_client(kube_sim.kubeconfig_path))

@@ -1,4 +1,4 @@
-"""HPA's replica calculation on targets and values as milli-units rounded up (issue 32):
+"""HPA's replica calculation on targets and values as milli-units rounded up:
 a positive target is never 0 milli-units, so no evaluation divides by zero."""
 
 from __future__ import annotations

@@ -653,7 +653,7 @@ def test_scale_down_window_round_trip() -> None:
 
 
 def test_cascade_held_until_new_pods_report() -> None:
-    """DESIGN.md §4: after 1 -> 2, the new pod loads a model for 20 s without
+    """docs/ARCHITECTURE.md#algorithm (missing pods): after 1 -> 2, the new pod loads a model for 20 s without
     samples: no second scale-up until it reports; then the true load decides."""
     scaler = policy()
     first = step(scaler, 1, (P(90),))
@@ -849,7 +849,7 @@ def test_shadow_mode_advises_once_per_change_and_never_decides() -> None:
 
 
 def test_metrics_over_another_window_than_the_policy_s_are_never_acted_on() -> None:
-    """Issue 11: a 30 s mean is no answer to a policy that asked for 10 s. Until the
+    """A 30 s mean is no answer to a policy that asked for 10 s. Until the
     aggregator applies the policy's window: no decision either way, ScalingActive
     False with the reason, the count kept."""
     views, observation = world(running(2, 140), received_at=NOW - 1, window_s=30.0)

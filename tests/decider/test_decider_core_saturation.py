@@ -1,4 +1,4 @@
-"""gpuscale's own rules on top of HPA's calculation (issue 14): a metric pinned
+"""gpuscale's own rules on top of HPA's calculation: a metric pinned
 at its ceiling is judged on its recent means (and sized by the engines' flows,
 else their queues, where the pods report them); a queue waits for the capacity already requested
 and asks for nothing while it falls. Named scenarios, as HPA's tests; each

@@ -1,4 +1,4 @@
-"""Per-GPUScaler windows end to end (issue 11), through a real nats-server and
+"""Per-GPUScaler windows end to end, through a real nats-server and
 kube-sim: the decider tells the aggregator each policy's ``spec.window``; the
 aggregator averages that workload over it (its own ``--window`` stays 30 s for
 the rest); the metrics message says which window it carries; the decider acts

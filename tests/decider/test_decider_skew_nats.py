@@ -68,7 +68,7 @@ async def test_metrics_from_another_aggregator_version_lead_to_a_decision(
             await nats_client.publish(subjects.metrics(KEY), payload)
         await nats_client.flush()
         decision = await decisions.next()
-        # DESIGN.md's worked example: 1 replica at 43.5 against 20 -> ceil(1 × 2.17) = 3.
+        # docs/ARCHITECTURE.md#algorithm's worked example, scaled: 1 replica at 43.5 against 20 -> ceil(1 × 2.17) = 3.
         assert (decision.from_replicas, decision.to_replicas) == (1, 3)
         assert decision.reason.startswith("gpu_util 43.5 over target 20")
         assert not any(metric in decision.reason for metric in NEWER_METRICS)

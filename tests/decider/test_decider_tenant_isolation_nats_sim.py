@@ -1,4 +1,4 @@
-"""One tenant's GPUScaler cannot stop the decider for the others (issue 32).
+"""One tenant's GPUScaler cannot stop the decider for the others.
 
 The finding: a GPUScaler whose target rounded to 0 milli-units made every one of its
 evaluations raise, and the first exception ended the decider's tick, so every other
@@ -97,6 +97,7 @@ class Flood:
                 await self.task
 
 
+@pytest.mark.serial  # it times the other tenants' decisions: alone, not beside another worker's test
 async def test_a_gpuscaler_whose_evaluation_raises_leaves_the_other_tenants_on_time(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, monkeypatch: pytest.MonkeyPatch
 ) -> None:

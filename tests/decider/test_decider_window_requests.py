@@ -1,4 +1,4 @@
-"""The decider's window requests (issue 11) in-process, on a clock of the
+"""The decider's window requests in-process, on a clock of the
 test's: each policy's window goes out at the first tick, again every 15 s
 and at once on a change; a metrics message over another window asks again
 (at most every 2 s); NATS away is counted and logged once, and the next

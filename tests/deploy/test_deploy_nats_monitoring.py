@@ -1,4 +1,4 @@
-"""NATS's monitoring port stays inside its pod (issue 32): /connz, /subsz and /accountz name
+"""NATS's monitoring port stays inside its pod: /connz, /subsz and /accountz name
 every user, node connection and inbox without a login, so no Service publishes it, nats-server
 binds it to loopback, and the probes ask it from inside the container."""
 

@@ -1,4 +1,4 @@
-"""The NATS users and subject permissions of deploy/ (DESIGN.md §5), enforced
+"""The NATS users and subject permissions of deploy/ (docs/ARCHITECTURE.md#security), enforced
 by a real nats-server running the very auth.conf that the ConfigMap ships.
 
 Collectors publish only ``gpuscale.v1.samples.<node>``, only the aggregator
@@ -6,7 +6,7 @@ metrics, only the decider decisions, only the actuator actions; the
 JetStream work each role does (its consumer, KV, replay) still goes through
 once ``gpuscale setup``, as the one user that may, has made the streams and
 buckets. No role can create or re-shape a stream (a republish into the
-decisions would forge them: issue 12's finding 2).
+decisions would forge them).
 """
 
 from __future__ import annotations
@@ -370,7 +370,7 @@ async def test_the_actuator_cannot_touch_the_samples_stream(login: Login) -> Non
     assert len(await actuator.permission_errors(2)) == 2
 
 
-# --- replies: each role's inbox is its own (issue 32) -------------------------------------------------
+# --- replies: each role's inbox is its own -------------------------------------------------
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -116,7 +116,7 @@ async def test_a_collector_cannot_read_the_pipeline(world: NodeAuthWorld, auth: 
 async def test_a_node_user_reads_no_inbox_not_even_its_own(
     world: NodeAuthWorld, auth: RunningNatsAuth
 ) -> None:
-    """Issue 32: a node's user could subscribe to _INBOX.> and read every login's replies
+    """Without per-role inboxes a node's user could subscribe to _INBOX.> and read every login's replies
     (the actuator's decisions as it fetched them). A collector only publishes: it may
     subscribe to nothing."""
     collector = await world.login(token=world.token("collector-a"))

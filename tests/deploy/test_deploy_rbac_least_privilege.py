@@ -1,4 +1,4 @@
-"""RBAC: each ServiceAccount holds exactly what its service needs (DESIGN.md §5).
+"""RBAC: each ServiceAccount holds exactly what its service needs (docs/ARCHITECTURE.md#security).
 
 The rules are evaluated the way the API server does (group, resource or
 subresource, verb, with ``*`` wildcards), over the rendered install.

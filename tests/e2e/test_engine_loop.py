@@ -1,4 +1,4 @@
-"""The whole pipeline on the engine's queue (issue 14), as separate processes:
+"""The whole pipeline on the engine's queue, as separate processes:
 kube-sim's vLLM-like pods queue requests and serve /metrics at their pod IPs;
 the sim collectors scrape them as in a cluster; the aggregator averages
 ``requests_waiting``; the decider scales on it; the actuator patches kube-sim.

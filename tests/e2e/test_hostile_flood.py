@@ -1,5 +1,5 @@
 """A hostile peer floods every gpuscale subject while a healthy workload needs
-to scale (issue 12's fuzz): aggregator, decider and actuator run as in
+to scale: aggregator, decider and actuator run as in
 production against kube-sim and nats-server, the decider and the actuator
 reading GPUScalers from the cluster. The flood is seeded (tests/hostile.py):
 long names, wildcard and path characters, extreme numbers, timestamps far

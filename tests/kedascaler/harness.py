@@ -46,7 +46,7 @@ def metrics_payload(
     ts: float | None = None,
     window_s: float = 30.0,
 ) -> dict[str, Any]:
-    """A v1 ``gpuscale.v1.metrics`` payload as DESIGN.md §3 spells it."""
+    """A v1 ``gpuscale.v1.metrics`` payload as docs/ARCHITECTURE.md#wire-contract spells it."""
     ts = time.time() if ts is None else ts
     values = {"gpu_util": 83.5} if averages is None else averages
     return {

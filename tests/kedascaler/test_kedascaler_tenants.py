@@ -1,4 +1,4 @@
-"""One tenant cannot hurt another through the keda-scaler (issue 32).
+"""One tenant cannot hurt another through the keda-scaler.
 
 Each test plays a tenant against the real keda-scaler (real gRPC server with mutual TLS, real
 HTTPS server, real nats-server feeding it): what a tenant controls (its ScaledObject's trigger
@@ -163,24 +163,13 @@ async def test_a_guessed_name_lists_only_the_callers_namespace(scaler: RunningSc
 async def scaler_process(nats_url: str, log: Path) -> AsyncIterator[tuple[psutil.Process, int]]:
     """``gpuscale keda-scaler`` as deployed, in its own process (so that its memory is its own),
     logging to ``log``; yields the process and its gRPC port."""
-    http_port, grpc_port = free_port(), free_port()
-    options = [f"--{k.replace('_', '-')}={v}" for k, v in shared_pki().grpc_options().items()]
-    with log.open("wb") as out:
-        process = await asyncio.create_subprocess_exec(
-            str(GPUSCALE), "keda-scaler", f"--nats-url={nats_url}", f"--http-port={http_port}",
-            f"--grpc-port={grpc_port}", "--max-metrics-age=600", *options, stdout=out, stderr=out,
-        )  # fmt: skip
+    # Ports picked free may be taken before the child binds them (parallel suites): try fresh ones.
+    for attempt in range(3):
+        process, grpc_port = await start_scaler(nats_url, log)
+        if process.returncode is None or attempt == 2 or "address already in use" not in tail(log).lower():
+            break
     try:
-
-        def ready() -> bool:
-            assert process.returncode is None, f"the keda-scaler exited: {log.read_text()[-2000:]}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=2) as r:
-                    return bool(json.loads(r.read())["ready"])
-            except (urllib.error.URLError, ConnectionError):
-                return False
-
-        await eventually(ready, 30, "the keda-scaler to be ready")
+        assert process.returncode is None, f"the keda-scaler exited: {tail(log)}"
         yield psutil.Process(process.pid), grpc_port
     finally:
         if process.returncode is None:
@@ -190,6 +179,38 @@ async def scaler_process(nats_url: str, log: Path) -> AsyncIterator[tuple[psutil
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+def tail(log: Path) -> str:
+    return log.read_text()[-2000:]
+
+
+async def start_scaler(nats_url: str, log: Path) -> tuple[asyncio.subprocess.Process, int]:
+    """The keda-scaler started and ready, or exited (its log says why); with its gRPC port."""
+    http_port, grpc_port = free_port(), free_port()
+    options = [f"--{k.replace('_', '-')}={v}" for k, v in shared_pki().grpc_options().items()]
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            str(GPUSCALE), "keda-scaler", f"--nats-url={nats_url}", f"--http-port={http_port}",
+            f"--grpc-port={grpc_port}", "--max-metrics-age=600", *options, stdout=out, stderr=out,
+        )  # fmt: skip
+
+    def ready_or_exited() -> bool:
+        if process.returncode is not None:
+            return True
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=2) as r:
+                return bool(json.loads(r.read())["ready"])
+        except (urllib.error.URLError, ConnectionError):
+            return False
+
+    try:
+        await eventually(ready_or_exited, 30, "the keda-scaler to be ready")
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    return process, grpc_port
 
 
 def rss_mib(process: psutil.Process) -> float:

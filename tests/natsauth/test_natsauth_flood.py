@@ -1,4 +1,4 @@
-"""A flood of logins costs the Kubernetes API at most --review-rate TokenReviews (issue 32).
+"""A flood of logins costs the Kubernetes API at most --review-rate TokenReviews.
 
 Anyone who reaches the NATS port may ask for a login as often as it likes, with any token:
 before, each one cost a TokenReview (about 450 a second). Now a token not shaped like a

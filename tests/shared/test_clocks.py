@@ -1,6 +1,6 @@
 """One clock per judge: where a sender's messages belong on the receiver's clock.
 
-Scenarios of issue 19: senders 2.5 s and 10 s behind and 10 s ahead, a 30 s
+Scenarios: senders 2.5 s and 10 s behind and 10 s ahead, a 30 s
 step either way, a single message delayed in transit, a collector's buffer
 flushed after an outage, a future timestamp."""
 

@@ -1,4 +1,4 @@
-"""Each login's replies come in under its own inbox, ``_INBOX.<user>`` (issue 32), so that
+"""Each login's replies come in under its own inbox, ``_INBOX.<user>``, so that
 deploy/'s permissions can let each role read its own replies only. Against a real nats-server
 whose user may subscribe to nothing but its own inbox."""
 

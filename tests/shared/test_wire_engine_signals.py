@@ -1,4 +1,4 @@
-"""Issue 14's additions to wire v1: the engine signals on a sample's owner and
+"""The additions to wire v1 for inference engines: the engine signals on a sample's owner and
 the engine metrics in metric maps. Additive only (docs/UPGRADING.md): a reader
 built before them decodes the same messages, values unchanged, and reports
 exactly the new names as unknown; a new reader takes an old message as before."""
@@ -34,7 +34,7 @@ ENGINE_FIELDS = {"engine", "requests_waiting", "requests_running", "kv_cache_usa
 
 
 def _before_issue_14(cls: Any, made: dict[Any, Any] | None = None) -> Any:
-    """A copy of a wire Struct as it was before issue 14: the same fields and
+    """A copy of a wire Struct as it was before the engine signals: the same fields and
     limits, nested shapes copied alike, minus the engine fields."""
     made = {} if made is None else made
     if cls in made:

@@ -79,6 +79,7 @@ from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, declare_kv, declare_stream, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision, Outcome, ScaleTargetRef, WireError
+from gpuscale_actuator.core import delivery
 from gpuscale_actuator.core.admit import Refusal, admit
 from gpuscale_actuator.core.delivery import not_a_delivery
 from gpuscale_actuator.core.plan import (
@@ -121,6 +122,10 @@ class ActuatorMetrics:
         self.outcomes = Counter(
             "gpuscale_actuator_outcomes_total", "Decisions handled, by outcome", ["outcome"], registry=r
         )
+        # Born at 0 (and the rejections too), so an alert's increase() sees the first failure.
+        for outcome in Outcome:
+            self.outcomes.labels(outcome=outcome.value)
+        base.reads(Decision.KIND, delivery.REASONS)
         self.patch_latency = Histogram(
             "gpuscale_actuator_patch_latency_seconds",
             "Time of the PATCH that changes replicas (retries included)",
@@ -343,7 +348,7 @@ class Actuator:
         return key in REPLICAS_IN_SPEC and key not in self.scale_only
 
     def _fall_back_to_scale(self, ref: ScaleTargetRef, e: Forbidden) -> None:
-        """RBAC allows only ``*/scale`` (DESIGN.md's least privilege): work through
+        """RBAC allows only ``*/scale`` (least privilege, docs/ARCHITECTURE.md#security): work through
         it, with the applied-decisions record as the exactly-once guard."""
         self.scale_only.add((ref.group, ref.kind))
         self.log.warning(

@@ -1,4 +1,4 @@
-"""Actuator options (DESIGN.md §2)."""
+"""Actuator options (docs/ARCHITECTURE.md#options)."""
 
 from __future__ import annotations
 

@@ -67,6 +67,8 @@ class AggregatorMetrics:
         registry = ctx.metrics.registry
         self.batches_in = ctx.metrics.messages_in.labels(kind=KIND)
         self.rejected = ctx.metrics.messages_rejected
+        ctx.metrics.reads(KIND, (NODE_MISMATCH,))  # born at 0: an alert sees the first rejection
+        ctx.metrics.reads(WindowRequest.KIND)
         self.metrics_out = ctx.metrics.messages_out.labels(kind="metrics")
         self.samples_in = Counter(
             "gpuscale_aggregator_gpu_samples_total",

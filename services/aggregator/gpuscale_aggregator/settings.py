@@ -1,4 +1,4 @@
-"""Aggregator options (DESIGN.md §2)."""
+"""Aggregator options (docs/ARCHITECTURE.md#options)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decider options (DESIGN.md §2)."""
+"""Decider options (docs/ARCHITECTURE.md#options)."""
 
 from __future__ import annotations
 

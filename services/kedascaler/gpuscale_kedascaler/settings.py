@@ -1,4 +1,4 @@
-"""keda-scaler options: every one a flag and an environment variable (DESIGN.md §2, §8)."""
+"""keda-scaler options: every one a flag and an environment variable (docs/ARCHITECTURE.md#options)."""
 
 from __future__ import annotations
 

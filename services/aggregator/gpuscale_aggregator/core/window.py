@@ -12,8 +12,8 @@ What one batch adds, per (GPU, owner) of a healthy GPU, to the owner's pod:
   (``fb_used + fb_free``) × 100;
 - ``power_w``: the GPU's ``power_w`` (power cannot be split per process).
 
-and, where the owner carries its pod's inference-engine gauges (``engine``,
-issue 14): ``requests_waiting``, ``requests_running``, ``kv_cache_usage``,
+and, where the owner carries its pod's inference-engine gauges (``engine``):
+``requests_waiting``, ``requests_running``, ``kv_cache_usage``,
 ``request_arrival_rate`` and ``request_completion_rate`` (a per-pod value, the
 same on each of the pod's GPU entries, so the mean over them is that value).
 
@@ -119,7 +119,7 @@ WINDOW_METRICS: Final = (
     "gpu_mem_used_mib",
     "power_w",
 )
-# The inference engine's gauges (issue 14), in a ring of their own for the pods that have them.
+# The inference engine's gauges, in a ring of their own for the pods that have them.
 ENGINE_METRICS: Final = (
     "requests_waiting",
     "requests_running",

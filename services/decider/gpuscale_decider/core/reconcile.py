@@ -157,15 +157,13 @@ def _scale_down_held(
     **No scale-down on the first seconds after capacity arrives.** While the
     averages cover less than the window because a pod became ready (``span_s``),
     they start with the new pods taking their first requests: read as load per pod
-    they ask to undo the step just taken (the demo's step with a 0 s scale-down
-    window went 3 → 2 → 3). HPA leaves a new pod's metric out until a whole window
-    was measured after it became ready (cpuInitializationPeriod).
+    they ask to undo the step just taken. HPA leaves a new pod's metric out until a
+    whole window was measured after it became ready (cpuInitializationPeriod).
 
     **A scale-down is judged on what came after the last one.** For a few seconds
     after pods leave, the means a decision rests on (the recent ones where sent,
     else the window's) still hold seconds when those pods shared the load: per pod
-    they read low, and a second scale-down on them takes away what the first left
-    (bursty with a 0 s scale-down window went 5 → 3 → 2 → 3 on an unchanged load).
+    they read low, and a second scale-down on them takes away what the first left.
     It waits until they were measured after the last one took effect; a sample
     tells the second before it and reaches the aggregator's next publish
     (_SAMPLE_LAG_S). The user's ``cooldownSeconds``, while it holds, says so itself."""
@@ -565,7 +563,7 @@ def _fresh(spec: GPUScalerSpec, observation: Observation | None, now: float, con
         return (
             f"the aggregator averages this workload over {observation.window_s:g} s, not spec.window "
             f"{spec.window_s:g} s: waiting for it to apply the policy's window (an aggregator applies "
-            "windows up to its --max-window; one released before per-GPUScaler windows, only its own --window)"
+            "windows up to its --max-window: see FailedGetGPUMetrics in docs/GPUSCALER.md)"
         )
     age = now - observation.received_at
     if age < 0.0:
@@ -808,6 +806,12 @@ def _plan(
     inputs: dict[str, Any] = {
         "gpuscaler": scaler.key,
         "averages": dict(evaluation.usage or {}),
+        # What each average is (window mean, recent mean, estimated demand): a screen names it so.
+        "averages_basis": {
+            p.name: p.basis.value
+            for p in evaluation.proposals
+            if p.replicas is not None and p.usage is not None
+        },
         "aggregator_averages": dict(observation.averages) if observation is not None else {},
         "metrics_ts": observation.sent_at if observation is not None else None,
         "window_s": observation.window_s if observation is not None else None,

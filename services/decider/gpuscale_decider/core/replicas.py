@@ -115,6 +115,29 @@ def group_pods(
 milli = milli_value
 
 
+class Basis(StrEnum):
+    """What the proposal's ``usage`` is: the reason names it, and a screen shows it so."""
+
+    WINDOW = "window mean"  # HPA's: each counted pod's mean over the window
+    RECENT = "recent mean"  # each counted pod's mean over the last recent span
+    MIXED = "recent and window means"  # some pods judged on their recent mean, the rest on the window's
+    ESTIMATE = "estimated demand"  # what the pods are asked for, estimated from their engines
+
+
+# The unit of a metric's estimated demand in the reason (an estimate is no reading of the metric).
+DEMAND_UNITS: dict[str, str] = {"gpu_util": "GPU-%", "sm_active": "%", "sm_util": "%", "kv_cache_usage": "%"}
+
+
+def fmt_usage(name: str, usage: float, basis: Basis) -> str:
+    """The value a proposal used, named as what it is (a window mean stays HPA's bare wording)."""
+    if basis is Basis.WINDOW:
+        return f"{name} {fmt_value(usage)}"
+    if basis is Basis.ESTIMATE:
+        unit = DEMAND_UNITS.get(name, "")
+        return f"{name}: estimated demand {fmt_value(usage)}{' ' + unit if unit else ''}"
+    return f"{name} {basis.value} {fmt_value(usage)}"
+
+
 @dataclass(frozen=True, slots=True)
 class MetricProposal:
     """One metric's recommendation; :attr:`explanation` says why in words
@@ -137,6 +160,7 @@ class MetricProposal:
     # the count HPA's calculation gave when one of them held it back.
     note: str = ""
     calculated: int | None = None
+    basis: Basis = Basis.WINDOW  # what ``usage`` is
 
     @property
     def explanation(self) -> str:
@@ -152,7 +176,7 @@ class MetricProposal:
         relation = "over" if ratio > 1.0 else "under" if ratio < 1.0 else "at"
         total = g.ready + g.missing + g.unready
         head = (
-            f"{self.name} {fmt_value(self.usage)} {relation} target {fmt_target(self.target)} "
+            f"{fmt_usage(self.name, self.usage, self.basis)} {relation} target {fmt_target(self.target)} "
             f"(ratio {fmt_ratio(ratio)}) on {g.ready} of {count_pods(total)}"
         )
         if self.rule is Rule.WITHIN:

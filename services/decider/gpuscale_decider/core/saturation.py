@@ -1,81 +1,28 @@
-"""Scale-up when a metric is pinned at its ceiling, and queues judged with the
-capacity already requested (issue 14). gpuscale's own rules, on top of HPA's
-replica calculation (:mod:`.replicas`), each said in the reason when it
-changes the result. Purely computational.
+"""gpuscale's own rules on top of HPA's replica calculation (:mod:`.replicas`),
+each said in the reason when it changes the result; the user's statement of them
+is docs/GPUSCALER.md#beyond-hpa-pinned-metrics-and-queues. Purely computational.
 
-**A pinned metric understates demand.** GPU utilization cannot read above
-100 %: once every serving pod is pinned there, ``ceil(n × 100 / target)`` is
-the most the ratio can ask, and a 30 s mean that still holds the readings from
-before the load rose asks for less. In the spirit of Knative's panic window,
-when every counted pod's recent means (the last tenth of the window, at least
-3 s) sit at the ceiling, the step is taken on those means, not the window's,
-and where the pods' inference engines say more, they size it. Best, the
-flows: a pinned pod finishes requests as fast as it can (C a second), so
-requests arriving at A a second are ``A / C`` times what it serves, and its
-demand is ``ceiling × A / C``: the new load itself, however long it has been
-queueing. Else the queue: a pod running R requests with W more waiting
-carries ``(R + W) / R`` times what it can run (a stock: it says how long the
-shortfall has lasted as much as how large it is). Sized so, the step is the
-fewest pods that carry the demand within the tolerance (an estimate from a few
-seconds of requests must not buy a pod by reading a few percent high). Only upward, and
-still through HPA's rules for missing and Pending pods (a starting pod counts
-as 0, so a step already requested is not asked again while it starts), then
-stabilization, the rate policies and ``maxReplicas``.
+- **A pinned metric understates demand.** When every counted pod's recent means
+  sit at the ceiling (Knative's panic window), the step is taken on them and
+  sized by the engines' flows (``ceiling × A / C``) or queues (``(R + W) / R``):
+  the fewest pods that carry that demand within the tolerance. Only upward, and
+  still through HPA's missing-pod rules, stabilization, the rate policies and
+  ``maxReplicas``.
+- **A scale-down holds on the level now**: judged on a pod's recent mean where
+  that is above its window mean.
+- **A backlog is not demand.** A pinned pod that finishes more than arrives counts
+  at its share of what arrives; one that serves all that arrives counts at its
+  recent mean. Neither ever causes a scale-down.
+- **A queue is a stock, not a rate.** A scale-up on it waits for the pods already
+  starting, unless the flows say the capacity requested is short; a falling queue
+  asks for nothing more; a growing one is judged on its recent mean.
+- **What arrives sizes a queue's step where its level cannot yet**, and the flows
+  never lower what the level asks for.
+- **A queue within its target keeps the pods that serve what arrives**, at the
+  capacity a queue last measured (:func:`queue_capacity`), for ``CAPACITY_KEPT_S``
+  at most; never a scale-up on that memory.
 
-(No scale-down while the averages start at a capacity change, or before they
-were measured after the last scale-down: :func:`.reconcile._scale_down_held`,
-applied to the decision after stabilization.)
-
-**A scale-down holds on the level now.** The window lags: a burst that began
-seconds ago is a few seconds of its 30, and its mean still reads the quiet
-before. Where a pod's recent mean is above its window mean, a scale-down is
-judged on the recent one (as a growing queue is), so it never undoes capacity
-the load is asking for again.
-
-**A backlog is not demand.** Once capacity arrives, the pods that held the
-queue stay pinned while they work it off (a load balancer does not move
-queued requests), and HPA's ratio reads them as load and asks for more; once
-it is worked off, their window still holds those readings for a window's
-length. Where their engines report flows, for a scale-up, a pinned pod that
-finishes more than arrives (it is draining) counts at its share of what
-arrives, ``ceiling × A / C``, and a pod that serves all that arrives (within
-the tolerance) and reads less now than over the window counts at its recent
-mean. Neither ever causes a scale-down.
-
-**A queue is a stock, not a rate.** ``requests_waiting`` grows for as long as
-capacity is short, so while requested pods start it keeps asking for more
-(the backlog of the start-up, not new demand), and after they serve, the
-backlog left on the old pods asks again. So a scale-up on a queue waits while
-pods of the target are starting (the capacity already requested is the
-answer it is waiting for), unless the flows, rates the start-up's backlog
-does not swell, say that capacity is short of what arrives; and, once they
-serve, until the averages since show where the queue goes (two recent
-spans); a queue that is falling (its recent mean 2 % or more below its
-window's) asks for nothing more: the capacity serving it is enough. A
-growing queue is judged on its recent mean when that is higher than the
-window's (the level now, not half a window ago). The pinned rule, too,
-takes no further step while pods start, unless its flows say the capacity
-requested is short.
-
-**What arrives sizes a queue's step where its level cannot.** Seconds into a
-shortfall the level is still small while the arrivals are not: where the
-engines report flows and a pod has a queue (so it finishes all it can), a
-smaller step is raised to the capacity that serves the arrivals with the
-tolerance to spare. Where the level asks for nothing yet but, growing as the
-flows say, passes the target within the recent span, that step is taken now:
-one publish later the level counts those seconds of backlog as demand. A
-level that falls only because requests give up is no drain: the flows tell it
-from one that capacity drains, and the target decides as HPA's; but where the
-queue is within the target now, the window's level is a backlog worked off,
-and what arrives sizes the step. The flows never lower what the level now asks for.
-
-**A queue within its target keeps the pods that serve what arrives.** A queue
-reads 0 whenever capacity suffices, and HPA's answer on 0 is the minimum. A
-scale-down stops at the pods that serve the arrivals at the capacity a queue
-last measured (:func:`queue_capacity`; the caller keeps it): the count a step
-up on the same arrivals is sized to. Never a scale-up on that memory. Older than
-``CAPACITY_KEPT_S`` it holds no count: the scale-down goes one pod at a time,
-so that a queue forms, and measures the capacity again, one pod short at most.
+The scale-down holds after a capacity change are :func:`.reconcile._scale_down_held`.
 """
 
 from __future__ import annotations
@@ -87,6 +34,7 @@ from typing import Final
 
 from gpuscale.policy import CEILINGS, PINNED_SHARE, NotReadyPods
 from gpuscale_decider.core.replicas import (
+    Basis,
     MetricProposal,
     PodView,
     Tolerances,
@@ -284,7 +232,7 @@ def _pinned(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     factors, sized_by = _demand_factors(counted, signals)
     # Sized: the pod serves all it can (the ceiling) and is asked for factor times that.
     demand = {pod: ceiling * factors[pod] if factors else recent[pod] for pod in counted}
-    pinned = inputs.again(proposal, demand)
+    pinned = replace(inputs.again(proposal, demand), basis=Basis.ESTIMATE if factors else Basis.RECENT)
     within = ""
     if factors and pinned.replicas is not None and pinned.usage is not None:
         # The factor is an estimate from a few seconds of requests: ask for the fewest pods at
@@ -382,6 +330,9 @@ def _draining(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     judged = inputs.again(proposal, values)
     if judged.replicas is None or judged.replicas >= (proposal.replicas or 0):
         return proposal
+    everyone = len(draining) + len(drained) == len(inputs.counted())
+    basis = Basis.ESTIMATE if draining else Basis.RECENT if everyone else Basis.MIXED
+    judged = replace(judged, basis=basis)
     why = "; ".join(
         text
         for text in (
@@ -449,7 +400,7 @@ def _queue(proposal: MetricProposal, inputs: _Inputs) -> MetricProposal:
     window_level = sum(values[pod] for pod in counted) / len(counted)
     candidate = proposal
     if now_level > window_level:
-        growing = inputs.again(proposal, {p: recent[p] for p in counted})
+        growing = replace(inputs.again(proposal, {p: recent[p] for p in counted}), basis=Basis.RECENT)
         if growing.replicas is not None and growing.replicas > (proposal.replicas or 0):
             candidate = replace(
                 growing,
@@ -607,8 +558,7 @@ def _kept_serving(proposal: MetricProposal, counted: Sequence[str], inputs: _Inp
 
     A queue reads 0 whenever capacity suffices, and HPA's ``ceil(n × 0 / target)``
     is the minimum: 3 pods serving 16 requests/s with no queue would be cut to
-    1, the queue would come back, and the step be taken again (the step trace
-    with a 0 s scale-down window went 3 → 2 on an unchanged load). A scale-down
+    1, the queue would come back, and the step be taken again. A scale-down
     stops at the pods that serve the arrivals, as the step up was sized, so the
     two agree on one count; as fewer arrive, fewer are kept, and with none
     arriving none are.

@@ -4,7 +4,7 @@ Pure: messages and ``now`` (the receiver's clock) in, readings out. A reading
 is served only while it is fresh: the workload's last metrics message
 arrived at most ``max_age_s`` ago and counted at least one fresh pod. Anything
 else raises :class:`Unavailable` with a reason, never an old value dressed
-as a current one (DESIGN.md §3: freshness is judged on arrival time).
+as a current one (docs/ARCHITECTURE.md#wire-contract: freshness is judged on arrival time).
 """
 
 from __future__ import annotations
