@@ -47,8 +47,8 @@ def runnable(block: str) -> str:
     return "\n".join(line for line in block.splitlines() if "rollout status" not in line)
 
 
-async def bash(script: str, kube_sim: KubeSim, tmp_path: Path) -> str:
-    """``script`` with `kubectl` talking to kube-sim."""
+async def bash(script: str, kube_sim: KubeSim, tmp_path: Path, cwd: Path = REPO) -> str:
+    """``script`` with `kubectl` talking to kube-sim, run in ``cwd``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     wrapper = bin_dir / "kubectl"
@@ -58,7 +58,7 @@ async def bash(script: str, kube_sim: KubeSim, tmp_path: Path) -> str:
     wrapper.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     process = await asyncio.create_subprocess_exec(
-        "bash", "-euo", "pipefail", "-c", script, cwd=REPO, env=env,
+        "bash", "-euo", "pipefail", "-c", script, cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
@@ -81,13 +81,30 @@ async def test_install_then_rotate_the_passwords_as_documented(kube_sim: KubeSim
 
     install = block_after("## Install")
     steps = [line for line in install.split("\n\n") if line.strip()]
-    # Steps 1 and 2 as written, then the first choice of step 3.
+    # Steps 1 and 2 as written.
     await bash(steps[0] + "\n" + steps[1], kube_sim, tmp_path)
     first = secret_passwords(kube_sim)
     assert set(first) == {f"{r}-password" for r in nats_roles()}
     assert "setup" in nats_roles()
     assert all(re.fullmatch(r"[0-9a-f]{48}", p) for p in first.values()), "URL-safe hex"
-    await bash("kubectl apply -k deploy/", kube_sim, tmp_path)
+    # Step 3 as written, in a copy of the checkout's deploy/ (it writes deploy/overlays/local):
+    # the images are the user's registry's, never one that publishes nothing.
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO / "deploy", checkout / "deploy")
+    out = await bash(steps[2], kube_sim, tmp_path, cwd=checkout)
+    assert "daemonset.apps/gpuscale-collector created" in out, out
+    images = {
+        container["image"]
+        for kind, name in [("DaemonSet", "gpuscale-collector"), ("Deployment", "gpuscale-decider")]
+        for container in kube_sim.get("apps/v1", kind, name, "gpuscale")["spec"]["template"]["spec"][
+            "containers"
+        ]
+    }
+    assert images and all(image.startswith("registry.example.com/gpuscale/") for image in images), images
+    # Step 5 as written: the example's workload exists for its GPUScaler.
+    await bash(steps[4], kube_sim, tmp_path, cwd=checkout)
+    kube_sim.get("apps/v1", "Deployment", "bert-intent-detection", "default")
+    kube_sim.get("gpuscale.io/v1alpha1", "GPUScaler", "bert-intent-detection", "default")
 
     rotate = block_after("### Rotating the passwords")
     await bash(runnable(rotate), kube_sim, tmp_path)

@@ -44,7 +44,8 @@ RELEASE_HISTORY = re.compile(
     r"(?i)\breleased? before\b|\bpredates?\b|\bfrom before (these|this|the)\b|\b(older|earlier) (release|version)s?\b"
 )
 # Outputs of a run (not in the repository until one is made), and kubectl's kind/name.
-WRITTEN_BY_A_RUN = ("bench/out/",)
+# Made by a run or by the user as the docs say (the install copies an overlay there; .gitignore).
+WRITTEN_BY_A_RUN = ("bench/out/", "deploy/overlays/local")
 KUBECTL_NAME = re.compile(r"deploy/gpuscale-[\w-]+")
 # How a comment cites a section of a design document.
 CITATION = re.compile(r"DESIGN(\.md)?('s)? ?§ ?\d+|DESIGN\.md's|§ ?\d+")
