@@ -5,7 +5,10 @@ keeps a view of Kubernetes objects current.
 hands the items over, then watches from the list's resourceVersion with
 bookmarks; the server ending a watch starts the next from where it was; an
 error (410 Gone, the API server away, a bad line) relists after a backoff
-with jitter. Events are read as raw JSON lines: building client model
+with jitter. It reads through a :class:`WatchTransport`: kubernetes-asyncio's
+client (:class:`ApiClientTransport`) in most services, the collector's own
+small aiohttp client where kubernetes-asyncio would not fit its memory budget.
+Events are read as raw JSON lines (:func:`read_events`): building client model
 objects for every pod of a large cluster costs more than the rest of a
 service together, and a line can be larger than aiohttp's line limit.
 """
@@ -13,118 +16,141 @@ service together, and a line can be larger than aiohttp's line limit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import inspect
 import json
 import random
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
 
 from gpuscale.aio import sleep_unless_stopped
-from gpuscale.kube import (
-    REQUEST_TIMEOUT_S,
-    KubeError,
-    Unreachable,
-    backoff_delay,
-    error_from_response,
-    request_json,
-)
+from gpuscale.kube.client import REQUEST_TIMEOUT_S, request_json
+from gpuscale.kube.errors import Gone, ServerError, Unreachable, error_from_response
+from gpuscale.kube.retry import backoff_delay
 from gpuscale.logging import get_logger
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
 
 WATCH_TIMEOUT_S: Final = 300
 LIST_PAGE: Final = 500
+MAX_EVENT_BYTES: Final = 16 * 2**20  # one watch event (one object): far above any object etcd keeps
 
 Obj = Mapping[str, Any]
 
 
-async def list_all(api: ApiClient, path: str, page: int = LIST_PAGE) -> tuple[list[Obj], str]:
+class WatchTransport(Protocol):
+    """What the reflector reads through: a GET of JSON, and a watch as a stream of events."""
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> Any: ...
+
+    def watch(
+        self, path: str, params: Mapping[str, str], read_timeout_s: float
+    ) -> AsyncGenerator[Obj, None]: ...
+
+
+async def read_events(chunks: AsyncIterable[bytes]) -> AsyncGenerator[dict[str, Any], None]:
+    """The events of a watch stream, one JSON object a line; an ERROR event raises
+    its status as a :class:`KubeError` (:class:`Gone`: list again)."""
+    pending = b""
+    async for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if max(len(pending), *map(len, lines)) > MAX_EVENT_BYTES:
+            raise ServerError(500, f"a watch event over {MAX_EVENT_BYTES} bytes", reason="EventTooLarge")
+        for line in lines:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if not isinstance(event, dict):
+                continue
+            if event.get("type") == "ERROR":
+                status = event.get("object")
+                status = status if isinstance(status, Mapping) else {}
+                raise error_from_response(int(status.get("code") or 500), json.dumps(status), {})
+            yield event
+
+
+class ApiClientTransport:
+    """GET and watch through kubernetes-asyncio's client (its credentials, its TLS)."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return await request_json(self.api, "GET", path, query=params)
+
+    async def watch(
+        self, path: str, params: Mapping[str, str], read_timeout_s: float
+    ) -> AsyncGenerator[Obj, None]:
+        try:
+            response = await self.api.call_api(
+                path,
+                "GET",
+                query_params=[("watch", "true"), *params.items()],
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                # a silent dead connection is noticed once the server's own timeout has passed
+                _request_timeout=aiohttp.ClientTimeout(
+                    sock_connect=REQUEST_TIMEOUT_S, sock_read=read_timeout_s, total=None
+                ),
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            raise Unreachable(f"GET {path}: {type(e).__name__}: {e}") from None
+        try:
+            status = int(response.status)
+            if not 200 <= status <= 299:
+                body = (await response.read()).decode("utf-8", errors="replace")
+                raise error_from_response(status, body, {str(k): str(v) for k, v in response.headers.items()})
+            async for event in read_events(response.content.iter_any()):
+                yield event
+        finally:
+            response.release()
+
+
+async def list_all(
+    transport: WatchTransport, path: str, params: Mapping[str, str] | None = None, page: int = LIST_PAGE
+) -> tuple[list[Obj], str]:
     """Every item of a collection and the list's resourceVersion, page by page."""
     items: list[Obj] = []
-    query = {"limit": str(page)}
+    query = {**(params or {}), "limit": str(page)}
     while True:
-        doc = await request_json(api, "GET", path, query=query)
+        doc = await transport.get(path, query)
+        if not isinstance(doc, Mapping):
+            raise ServerError(200, f"GET {path}: the answer is not an object")
         items.extend(obj for obj in doc.get("items") or () if isinstance(obj, Mapping))
         meta = doc.get("metadata") or {}
         token = meta.get("continue")
         if not token:
             return items, str(meta.get("resourceVersion") or "")
-        query = {"limit": str(page), "continue": str(token)}
+        query = {**(params or {}), "limit": str(page), "continue": str(token)}
 
 
-async def watch_events(
-    api: ApiClient, path: str, resource_version: str, stop: asyncio.Event, timeout_s: int = WATCH_TIMEOUT_S
-) -> AsyncIterator[Obj]:
-    """The events of one watch request, until the server ends it or ``stop`` is set."""
-    query = {
-        "watch": "true",
-        "resourceVersion": resource_version,
-        "allowWatchBookmarks": "true",
-        "timeoutSeconds": str(timeout_s),
-    }
-    try:
-        response = await api.call_api(
-            path,
-            "GET",
-            query_params=list(query.items()),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            # a silent dead connection is noticed once the server's own timeout has passed
-            _request_timeout=aiohttp.ClientTimeout(
-                sock_connect=REQUEST_TIMEOUT_S, sock_read=timeout_s + 30, total=None
-            ),
-        )
-    except (aiohttp.ClientError, OSError, TimeoutError) as e:
-        raise Unreachable(f"GET {path}: {type(e).__name__}: {e}") from None
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        status = int(response.status)
-        if not 200 <= status <= 299:
-            body = (await response.read()).decode("utf-8", errors="replace")
-            raise error_from_response(status, body, {str(k): str(v) for k, v in response.headers.items()})
-        buffer = b""
-        chunks = response.content.iter_any().__aiter__()
-        while True:
-            nxt = asyncio.ensure_future(chunks.__anext__())
-            done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if nxt not in done:
-                nxt.cancel()
-                with contextlib.suppress(BaseException):
-                    await nxt
-                return
-            try:
-                chunk = nxt.result()
-            except StopAsyncIteration:
-                return
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    event = json.loads(line)
-                    if isinstance(event, dict):
-                        yield event
-    finally:
-        stopper.cancel()
-        response.release()
+async def _done(result: Awaitable[None] | None) -> None:
+    if inspect.isawaitable(result):
+        await result
 
 
 class Reflector:
     """Keeps a view current: ``on_list(items)`` after every (re)list, then
-    ``on_event(type, object)`` for each ADDED, MODIFIED or DELETED."""
+    ``on_event(type, object)`` for each ADDED, MODIFIED or DELETED. Either may be
+    a coroutine function (the collector reads a ReplicaSet for a new pod)."""
 
     def __init__(
         self,
-        api: ApiClient,
+        transport: WatchTransport,
         path: str,
         *,
-        on_list: Callable[[Sequence[Obj]], None],
-        on_event: Callable[[str, Obj], None],
+        on_list: Callable[[Sequence[Obj]], Awaitable[None] | None],
+        on_event: Callable[[str, Obj], Awaitable[None] | None],
         what: str,
+        params: Mapping[str, str] | None = None,
     ) -> None:
-        self.api = api
+        self.transport = transport
         self.path = path
+        self.params = dict(params or {})  # e.g. a fieldSelector, on the list and on the watch
         self.on_list = on_list
         self.on_event = on_event
         self.synced = asyncio.Event()
@@ -134,8 +160,8 @@ class Reflector:
         attempt = 0
         while not stop.is_set():
             try:
-                items, rv = await list_all(self.api, self.path)
-                self.on_list(items)
+                items, rv = await list_all(self.transport, self.path, self.params)
+                await _done(self.on_list(items))
                 self.synced.set()
                 self.log.info("listed", items=len(items), resource_version=rv)
                 attempt = 0
@@ -145,20 +171,49 @@ class Reflector:
                 raise
             except Exception as e:  # noqa: BLE001 - API away, 410 Gone, a bad answer: relist after a backoff
                 attempt += 1
-                if attempt == 1 or attempt % 10 == 0:
-                    self.log.warning("watch_failed", attempt=attempt, error=f"{type(e).__name__}: {e}"[:300])
+                error = f"{type(e).__name__}: {e}"[:300]
+                if isinstance(e, Gone) and attempt == 1:
+                    self.log.info("watch_expired_relisting", error=error)  # the server compacted: routine
+                elif attempt == 1 or attempt % 10 == 0:
+                    self.log.warning("watch_failed", attempt=attempt, error=error)
                 delay = max(0.2, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
                 await sleep_unless_stopped(stop, delay)
 
     async def _watch(self, rv: str, stop: asyncio.Event) -> str:
-        """Apply events until the server ends the watch; the resourceVersion to go on from."""
-        async for event in watch_events(self.api, self.path, rv, stop):
-            kind, obj = event.get("type"), event.get("object")
-            if not isinstance(obj, Mapping):
-                continue
-            if kind == "ERROR":  # 410 Gone and friends: relist
-                raise KubeError(int(obj.get("code") or 0), str(obj.get("message") or "watch error"))
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-            if kind in ("ADDED", "MODIFIED", "DELETED"):
-                self.on_event(str(kind), obj)
-        return rv
+        """Apply events until the server ends the watch or ``stop`` is set; the
+        resourceVersion to go on from."""
+        params = {
+            **self.params,
+            "resourceVersion": rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+        }
+        events = self.transport.watch(self.path, params, WATCH_TIMEOUT_S + 30)
+        stopper = asyncio.ensure_future(stop.wait())
+        nxt: asyncio.Future[Obj] | None = None
+        try:
+            while True:
+                nxt = asyncio.ensure_future(events.__anext__())
+                done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:
+                    return rv
+                try:
+                    event = nxt.result()
+                except StopAsyncIteration:
+                    return rv
+                kind, obj = event.get("type"), event.get("object")
+                if not isinstance(obj, Mapping):
+                    continue
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)  # bookmarks too
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    await _done(self.on_event(str(kind), obj))
+        finally:
+            stopper.cancel()
+            if nxt is not None and not nxt.done():
+                # The stream is "running" until its cancelled read has ended: closed
+                # before, it raises instead of hanging up the response.
+                nxt.cancel()
+                await asyncio.wait({nxt})
+                if not nxt.cancelled():
+                    nxt.exception()  # retrieved: the stop wins over what the read ended with
+            await events.aclose()

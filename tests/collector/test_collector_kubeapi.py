@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from gpuscale.kube.errors import KubeError as ApiStatus
 from gpuscale_collector import kubeapi
-from gpuscale_collector.kubeapi import ApiStatus, ConfigError, KubeApi, load_config
+from gpuscale_collector.kubeapi import ConfigError, KubeApi, load_config
 
 
 def _key() -> ec.EllipticCurvePrivateKey:

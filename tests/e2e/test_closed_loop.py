@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NAMESPACE, NAME = "default", "llm-chat"
 WINDOW_S = 4
+STABILIZATION_S = 3  # the test shows the scale-down, not how long it is held
 
 SCENARIO = [
     gpu_workload(NAME, namespace=NAMESPACE, image="vllm/vllm-openai:latest"),
@@ -45,7 +46,7 @@ SCENARIO = [
         metrics=[{"name": "gpu_util", "target": 60}],
         window=f"{WINDOW_S}s",
         tolerance=0.1,
-        behavior={"scaleDown": {"stabilizationWindowSeconds": 6}},
+        behavior={"scaleDown": {"stabilizationWindowSeconds": STABILIZATION_S}},
     ),
 ]
 
@@ -117,7 +118,7 @@ async def pipeline(
             # kube-sim stops last, so the parts leave as in a cluster: the leases are released,
             # not left to expire, and the pod watches hang up without a failure.
             assert "leader_release_failed" not in text, f"{child.name}\n{logs}"
-            assert "pod_watch_failed" not in text, f"{child.name}\n{logs}"
+            assert "watch_failed" not in text, f"{child.name}\n{logs}"
 
 
 async def test_replicas_follow_the_load_up_and_back_down(
@@ -154,13 +155,15 @@ async def test_replicas_follow_the_load_up_and_back_down(
         await eventually_while_running(group, scaled_up, WINDOW_S + 40, "scale-up to 3 replicas")
         scale_up_s = time.monotonic() - stepped
 
-        # Load falls: after the 6 s scale-down stabilization, back to min.
+        # Load falls: after the scale-down stabilization, back to min.
         _put_load(sim_url, 10)
 
         async def scaled_down() -> bool:
             return await replicas() == 1
 
-        await eventually_while_running(group, scaled_down, WINDOW_S + 6 + 40, "scale-down to 1 replica")
+        await eventually_while_running(
+            group, scaled_down, WINDOW_S + STABILIZATION_S + 40, "scale-down to 1 replica"
+        )
 
         async def status_says_one() -> dict[str, Any] | None:
             scaler = await CustomObjectsApi(api).get_namespaced_custom_object(

@@ -16,7 +16,7 @@ from typing import Any, Final
 from kubernetes_asyncio.client import ApiClient
 
 from gpuscale.aio import sleep_unless_stopped
-from gpuscale.kubewatch import Reflector
+from gpuscale.kubewatch import ApiClientTransport, Reflector
 from gpuscale.logging import get_logger
 from gpuscale.policy import (
     API_GROUP,
@@ -40,7 +40,7 @@ class PolicyView:
             None
             if self.file is not None
             else Reflector(
-                api,
+                ApiClientTransport(api),
                 f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}",
                 on_list=self._listed,
                 on_event=self._event,

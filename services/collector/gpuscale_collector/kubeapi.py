@@ -5,7 +5,8 @@ generated models come with it) adds about 38 MB to a process, and the
 collector runs on every GPU node under a 60 MB budget. The collector needs
 three reads of plain JSON: list this node's pods, watch them, read a
 ReplicaSet. This does those over aiohttp (already loaded for /metrics and the
-engine scraper).
+engine scraper), as the :class:`gpuscale.kubewatch.WatchTransport` of the shared
+list + watch, with the shared errors (:mod:`gpuscale.kube.errors`).
 
 Credentials, in the order gpuscale.kube uses them: ``--kubeconfig`` (its
 current context: server, certificate-authority[-data],
@@ -25,7 +26,7 @@ import os
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -33,24 +34,16 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from gpuscale.kube.errors import KubeError, error_from_response
+from gpuscale.kubewatch import read_events
+
 SERVICE_ACCOUNT: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_S: Final = 60.0
 REQUEST_TIMEOUT_S: Final = 30.0
-MAX_EVENT_BYTES: Final = 16 * 2**20  # one watch event (one object): far above any pod
 
 
 class ConfigError(ValueError):
     """The credentials cannot be used; the message names the fix."""
-
-
-class ApiStatus(Exception):
-    """The API server answered ``status`` (or a watch said so in an ERROR event)."""
-
-    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
-        super().__init__(f"{status} {reason}: {message}".strip())
-        self.status = status
-        self.reason = reason
-        self.message = message
 
 
 @dataclass
@@ -176,11 +169,19 @@ def _pem(user: Mapping[str, Any], key: str, base: Path) -> bytes | None:
 
 
 class KubeApi:
-    """GET JSON and watch streams from one API server."""
+    """GET JSON and watch streams from one API server; a failed answer raises its
+    :class:`gpuscale.kube.errors.KubeError`."""
 
-    def __init__(self, config: ApiConfig) -> None:
-        self.config = config
+    def __init__(self, config: ApiConfig | Callable[[], ApiConfig]) -> None:
+        self._config = config
         self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def config(self) -> ApiConfig:
+        """Loaded at the first request: a :class:`ConfigError` fails that request, and the next tries again."""
+        if not isinstance(self._config, ApiConfig):
+            self._config = self._config()
+        return self._config
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -200,14 +201,14 @@ class KubeApi:
         ) as resp:
             body = await resp.read()
             if resp.status >= 400:
-                raise _status_error(resp.status, body)
+                raise _status_error(resp, body)
             return json.loads(body)
 
     async def watch(
         self, path: str, params: Mapping[str, str], read_timeout_s: float
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Watch events (``{"type", "object"}``) until the server ends the stream;
-        an ERROR event raises :class:`ApiStatus` with its code (410: relist)."""
+        an ERROR event raises its status (410 :class:`~gpuscale.kube.errors.Gone`: relist)."""
         async with self._http().get(
             self.config.server + path,
             params={**params, "watch": "true"},
@@ -217,27 +218,9 @@ class KubeApi:
             timeout=aiohttp.ClientTimeout(total=None, connect=REQUEST_TIMEOUT_S, sock_read=read_timeout_s),
         ) as resp:
             if resp.status >= 400:
-                raise _status_error(resp.status, await resp.read())
-            pending = b""
-            async for chunk in resp.content.iter_any():
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                if len(pending) > MAX_EVENT_BYTES:
-                    raise ApiStatus(500, "EventTooLarge", f"a watch event over {MAX_EVENT_BYTES} bytes")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if not isinstance(event, dict):
-                        continue
-                    if event.get("type") == "ERROR":
-                        obj = event.get("object") or {}
-                        raise ApiStatus(
-                            int(obj.get("code") or 500),
-                            str(obj.get("reason", "")),
-                            str(obj.get("message", "")),
-                        )
-                    yield event
+                raise _status_error(resp, await resp.read())
+            async for event in read_events(resp.content.iter_any()):
+                yield event
 
     async def close(self) -> None:
         if self._session is not None:
@@ -245,11 +228,5 @@ class KubeApi:
             self._session = None
 
 
-def _status_error(status: int, body: bytes) -> ApiStatus:
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = {}
-    if not isinstance(doc, dict):
-        doc = {}
-    return ApiStatus(status, str(doc.get("reason", "")), str(doc.get("message", ""))[:500])
+def _status_error(resp: aiohttp.ClientResponse, body: bytes) -> KubeError:
+    return error_from_response(resp.status, body.decode("utf-8", errors="replace"), resp.headers)

@@ -24,7 +24,7 @@ from gpuscale.kube import (
     record_event,
     request_json,
 )
-from gpuscale.kubewatch import Reflector
+from gpuscale.kubewatch import ApiClientTransport, Reflector
 from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.policy import (
     API_GROUP,
@@ -84,7 +84,9 @@ class GPUScalerWatcher:
     def __init__(self, api: ApiClient, registry: Registry) -> None:
         self.registry = registry
         path = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"
-        self.reflector = Reflector(api, path, on_list=self._listed, on_event=self._event, what="gpuscalers")
+        self.reflector = Reflector(
+            ApiClientTransport(api), path, on_list=self._listed, on_event=self._event, what="gpuscalers"
+        )
         self.synced = self.reflector.synced
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
-from gpuscale.kubewatch import Reflector
+from gpuscale.kubewatch import ApiClientTransport, Reflector
 from gpuscale.labels import LabelSelector, SelectorError, parse_selector
 from gpuscale.logging import get_logger
 from gpuscale_decider.core.replicas import PodView
@@ -162,7 +162,13 @@ class PodCache:
     def __init__(self, api: ApiClient | None) -> None:
         self.index = PodIndex()
         self.reflector = (
-            Reflector(api, "/api/v1/pods", on_list=self._listed, on_event=self.apply, what="pods")
+            Reflector(
+                ApiClientTransport(api),
+                "/api/v1/pods",
+                on_list=self._listed,
+                on_event=self.apply,
+                what="pods",
+            )
             if api is not None
             else None
         )

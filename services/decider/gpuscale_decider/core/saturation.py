@@ -22,7 +22,7 @@ is docs/GPUSCALER.md#beyond-hpa-pinned-metrics-and-queues. Purely computational.
   capacity a queue last measured (:func:`queue_capacity`), for ``CAPACITY_KEPT_S``
   at most; never a scale-up on that memory.
 
-The scale-down holds after a capacity change are :func:`.reconcile._scale_down_held`.
+The scale-down holds after a capacity change are :func:`.evaluation._scale_down_held`.
 """
 
 from __future__ import annotations

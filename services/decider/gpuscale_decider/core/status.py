@@ -10,14 +10,12 @@ evaluation yields an equal status and the shell writes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuscale.policy import GPUScalerSpec, PolicyError
 from gpuscale.timefmt import format_time, parse_time
 from gpuscale_decider.core.conditions import Condition, Reason, able, active, limited, summary
-
-if TYPE_CHECKING:  # the evaluation's module builds statuses with this one
-    from gpuscale_decider.core.reconcile import Evaluation
+from gpuscale_decider.core.evaluation import Evaluation
 
 # One home for Kubernetes times (gpuscale.timefmt); the names the decider used.
 rfc3339 = format_time

@@ -1,0 +1,80 @@
+"""Talking to the Kubernetes API, one module a concern:
+
+- :mod:`.config`: :func:`new_api_client`, one way to build an API client.
+- :mod:`.client`: :func:`request_json`, one request by path as JSON; :func:`ping`.
+- :mod:`.errors`: :class:`KubeError` and its subclasses, one a thing a caller does differently.
+- :mod:`.retry`: :func:`retry_with_backoff`, exponential backoff with full jitter.
+- :mod:`.scale`: :class:`ScaleClient`, the replicas of anything with a ``/scale`` subresource.
+- :mod:`.events`: :func:`record_event`, an Event on a target as ``kubectl describe`` shows it.
+
+Only :func:`new_api_client` loads kubernetes-asyncio, so the collector uses the rest
+(through :mod:`gpuscale.kubewatch`) within its memory budget.
+"""
+
+from gpuscale.kube.client import REQUEST_TIMEOUT_S, ping, request_json
+from gpuscale.kube.config import ClusterConfigError, new_api_client
+from gpuscale.kube.errors import (
+    BadRequest,
+    Conflict,
+    FieldsDropped,
+    Forbidden,
+    Gone,
+    KubeError,
+    NotFound,
+    ServerError,
+    Throttled,
+    Unauthorized,
+    Unreachable,
+    error_from_response,
+    parse_forbidden,
+)
+from gpuscale.kube.events import (
+    EVENT_NOTE_MAX_BYTES,
+    EVENT_REPORTING_CONTROLLER,
+    event_note,
+    record_event,
+    truncate_utf8,
+)
+from gpuscale.kube.retry import backoff_delay, retry_with_backoff
+from gpuscale.kube.scale import REPLICAS_IN_SPEC, ScaleClient, ScaleState, scale_state_from_object
+
+# ScaleTargetRef (gpuscale.wire) and the time formats (gpuscale.timefmt) have
+# their one home elsewhere; they are re-exported here, where callers met them.
+from gpuscale.timefmt import format_micro_time, format_time, parse_time
+from gpuscale.wire import ScaleTargetRef
+
+__all__ = [
+    "EVENT_NOTE_MAX_BYTES",
+    "EVENT_REPORTING_CONTROLLER",
+    "REPLICAS_IN_SPEC",
+    "REQUEST_TIMEOUT_S",
+    "BadRequest",
+    "ClusterConfigError",
+    "Conflict",
+    "FieldsDropped",
+    "Forbidden",
+    "Gone",
+    "KubeError",
+    "NotFound",
+    "ScaleClient",
+    "ScaleState",
+    "ScaleTargetRef",
+    "ServerError",
+    "Throttled",
+    "Unauthorized",
+    "Unreachable",
+    "backoff_delay",
+    "error_from_response",
+    "event_note",
+    "format_micro_time",
+    "format_time",
+    "new_api_client",
+    "parse_forbidden",
+    "parse_time",
+    "ping",
+    "record_event",
+    "request_json",
+    "retry_with_backoff",
+    "scale_state_from_object",
+    "truncate_utf8",
+]
