@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from collections.abc import AsyncIterator, Iterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Generator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +22,57 @@ from gpuscale_kubesim import KubeSim
 # the tests start (they inherit the environment): no field may vanish unnoticed.
 os.environ[STRICT_ENV] = "error"
 API_WARNINGS.strict = True
+
+
+@contextlib.contextmanager
+def _locked(path: Path, operation: int) -> Iterator[None]:
+    with path.open("a") as f:
+        fcntl.flock(f, operation)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+LOCKS_ENV = "GPUSCALE_TEST_LOCKS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The xdist controller (or a lone process) makes the folder of the workers' locks; the workers,
+    started after this, inherit its path."""
+    if not hasattr(config, "workerinput"):
+        os.environ[LOCKS_ENV] = tempfile.mkdtemp(prefix="gpuscale-pytest-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ.pop(LOCKS_ENV, ""), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _turn(serial: bool) -> Iterator[None]:
+    """Under pytest-xdist, a ``serial`` test runs while no other worker runs a test: every test
+    holds a shared lock, a serial one an exclusive lock, and a gate lets a waiting serial test in
+    before new shared holders (else the workers' overlapping tests would starve it)."""
+    locks = os.environ.get(LOCKS_ENV)
+    if locks is None or "PYTEST_XDIST_WORKER" not in os.environ:  # one process: each test is alone
+        yield
+        return
+    gate, turn = Path(locks, "gate"), Path(locks, "turn")
+    if serial:
+        with _locked(gate, fcntl.LOCK_EX), _locked(turn, fcntl.LOCK_EX):
+            yield
+    else:
+        with contextlib.ExitStack() as held:
+            with _locked(gate, fcntl.LOCK_SH):
+                held.enter_context(_locked(turn, fcntl.LOCK_SH))
+            yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    with _turn(item.get_closest_marker("serial") is not None):
+        return (yield)
 
 
 @pytest.fixture(autouse=True)

@@ -208,7 +208,9 @@ class Page:
 @contextlib.asynccontextmanager
 async def chromium_page() -> AsyncIterator[Page]:
     assert CHROMIUM is not None
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helpers may still write the profile as it is removed (a killed browser's children
+    # exit after it, later on a busy machine): what is left is a temporary directory's leftovers.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         proc = await asyncio.create_subprocess_exec(
             CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",

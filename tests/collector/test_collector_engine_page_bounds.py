@@ -36,6 +36,10 @@ from gpuscale_collector.engine_scraper import EngineScraper
 from ..k8s_objects import gpu_workload, vllm_annotations
 from ..waiting import eventually
 
+# Pages are parsed within a CPU budget and the sampling is timed: alone, not beside another
+# worker's test (a busy neighbour inflates both).
+pytestmark = pytest.mark.serial
+
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "engine_metrics"
 REAL_PAGES = sorted(p.name for p in SAMPLES.glob("*.txt"))
 VLLM = (SAMPLES / "vllm_v0.txt").read_text()

@@ -86,6 +86,7 @@ async def text(_request: web.Request) -> web.Response:
     return web.Response(text=VLLM, content_type="text/plain")
 
 
+@pytest.mark.serial  # it times a round to 50 ms: alone, not beside another worker's test
 async def test_one_round_over_good_slow_dead_broken_and_huge_endpoints() -> None:
     hang = asyncio.Event()
 

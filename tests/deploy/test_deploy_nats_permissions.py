@@ -256,7 +256,9 @@ async def test_no_role_but_setup_creates_or_reshapes_a_stream(login: Login) -> N
     )
     for role in ("collector", "aggregator", "decider", "actuator", "observer"):
         session: Session = await login(role)
-        js = session.nc.jetstream(timeout=1)
+        # A denied request is never answered, so each one costs this timeout; the server's
+        # permission errors below, not the timeouts, show the denial.
+        js = session.nc.jetstream(timeout=0.5)
         with pytest.raises(nats.errors.TimeoutError):  # denied: the server never answers
             await js.add_stream(forged)
         samples = stream_config(subjects.samples_stream(60.0))  # the real one, re-shaped
