@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/aggregator_bench.py            # a few minutes
     .venv/bin/python bench/aggregator_bench.py --quick    # ~30-60 s
+    .venv/bin/python bench/aggregator_bench.py --quick --nodes 12500 --step-seconds 60
+    .venv/bin/python bench/aggregator_bench.py --quick --saturation-only   # the burst alone (profiling)
 
 What it runs (all on this machine, a private nats-server):
 
@@ -546,6 +548,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a ~30-60 s run")
     parser.add_argument("--nodes", default="", help="comma-separated node counts for the keep-up steps")
     parser.add_argument("--agg-core", type=int, default=None, help="core to pin the aggregator to")
+    parser.add_argument(
+        "--step-seconds", type=float, default=0.0, help="measured seconds per keep-up step (default: by mode)"
+    )
+    parser.add_argument("--saturation-only", action="store_true", help="skip the keep-up steps (profiling)")
     parser.add_argument("--role", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
@@ -569,8 +575,10 @@ def main() -> int:
     steps = [int(x) for x in args.nodes.split(",") if x] or (
         [1000, 4000, 12500] if args.quick else [1000, 2000, 3000, 4000, 6000, 8000, 12500]
     )
-    duration = window + 6.0 if args.quick else window + 10.0
     warmup = window if args.quick else window + 2.0
+    duration = (
+        warmup + args.step_seconds if args.step_seconds else window + 6.0 if args.quick else window + 10.0
+    )
     count = 20_000 if args.quick else 60_000
     print(
         f"# aggregator bench: {len(cores)} cores, aggregator on core {sorted(agg_core)}, others on "
@@ -593,6 +601,8 @@ def main() -> int:
         print(
             f"(aggregator processed {sat['agg_processed']:.0f} of {count}, ignored {sat['agg_ignored']:.0f})"
         )
+        if args.saturation_only:
+            return 0
         rows = []
         print(
             f"\n## keep-up at 1 Hz per node with jitter ({duration:.0f} s per step, measured after {warmup:.0f} s)"

@@ -91,7 +91,7 @@ def engine(
     arrival: float | None = None,
     completion: float | None = None,
 ) -> dict[str, Any]:
-    """An owner's ``engine`` field: its pod's inference-server gauges and flows (issue 14)."""
+    """An owner's ``engine`` field: its pod's inference-server gauges and flows."""
     signals: dict[str, Any] = {
         "name": name,
         "requests_waiting": waiting,

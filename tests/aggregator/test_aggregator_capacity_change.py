@@ -1,4 +1,4 @@
-"""Warm-up awareness (issue 14): once a new pod becomes ready, a workload's
+"""Warm-up awareness: once a new pod becomes ready, a workload's
 averages use only what was measured since. Before it, two saturated pods read
 100 %; after it, three share the same load. A 30 s mean of both would ask for a
 fourth pod the load never needed (the demo's 3 -> 4 overshoot)."""

@@ -99,7 +99,7 @@ async def test_bad_messages_on_thousands_of_subjects_log_once_per_reason(
 async def test_window_requests_are_checked_counted_and_bounded(
     nats_server: EmbeddedNats, nats_client: NATS
 ) -> None:
-    """Issue 11: a window request moves what a workload is averaged over. Bad
+    """A window request moves what a workload is averaged over. Bad
     bytes, a payload naming another workload than its subject, a window past
     --max-window and a flood of workloads are each refused or clamped with a
     reason, counted and logged once; a sound request is taken."""

@@ -1,8 +1,8 @@
-"""Per-GPUScaler windows (issue 11): each workload is averaged over the window
+"""Per-GPUScaler windows: each workload is averaged over the window
 its policy asked for, within the aggregator's ``max_window_s``; the message
 says which window it carries; a longer window than was kept says what it
 covers (``since``); requests lapse without repetition. And each pod's means
-over a recent span where the policy asked for them (issue 14)."""
+over a recent span where the policy asked for them."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_a_window_longer_than_the_rings_grows_them_and_keeps_every_bucket() -> N
     agg.store.request(BERT, 120.0, None, NOW + 25.5, 600.0)
     assert agg.store.span_s >= 120.0
     feed(agg, NOW + 26, [float(i) for i in range(25, 100)])  # 25..99
-    # The workload's own pod grew its ring; the shared length did not change (issue 32).
+    # The workload's own pod grew its ring; the shared length did not change.
     assert agg.store.ring_of(BERT, "bert-1") == 121
     assert agg.store.slots == slots
     now = NOW + 100.5

@@ -1,4 +1,4 @@
-"""Saturation onset, told the moment it is true (issue 14). The decider's pinned rule
+"""Saturation onset, told the moment it is true. The decider's pinned rule
 steps a workload up once every counted pod's recent means (the last ``recent_s``, 3 s
 by default) read gpu_util at 95 % of its ceiling or more. That evidence is complete
 when the last bucket holding an unpinned sample leaves the recent span of every
@@ -9,7 +9,7 @@ give or take the milliseconds a batch travels). The core says when it is due
 once, instead of at the next 2 s tick. The demo's first step waited up to 3 s for it.
 
 The expected moments come from how the recent means are read (the buckets whose
-newest sample is within ``recent_s`` of now, the half-open span of DESIGN §4's
+newest sample is within ``recent_s`` of now, the half-open span of docs/ARCHITECTURE.md#algorithm's
 windows), not from this code: each test also reads the message the decider would
 get at that moment and checks that its recent means are the pinned ones the rule
 needs, and a moment earlier that they are not."""

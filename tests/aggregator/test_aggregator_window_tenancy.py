@@ -1,4 +1,4 @@
-"""Issue 32, one tenant cannot hurt another: a workload's window request costs
+"""One tenant cannot hurt another: a workload's window request costs
 memory for that workload's own pods only (their rings grow to the length asked,
 up to ``max_window_s``), the rings shrink back when the request lapses or
 shortens, or when a pod leaves, keeping the newest samples, and no other

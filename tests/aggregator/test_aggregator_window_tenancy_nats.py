@@ -1,4 +1,4 @@
-"""Issue 32 against a real nats-server: one tenant's GPUScaler asking for a long
+"""Against a real nats-server: one tenant's GPUScaler asking for a long
 window (its decider's window requests) grows its own pods' rings only, gives
 them back when the requests stop, and another tenant's pods, means and metrics
 messages go on as before."""

@@ -1,0 +1,449 @@
+"""The window's packed storage: every pod's ring of buckets, in flat buffers.
+
+Memory is what bounds a fleet, so the state is packed: each pod has a number,
+and a ring of ``slots`` buckets (enough for every bucket a window can touch)
+in flat buffers shared by all pods: per bucket the newest sample time (a
+double) and one record (:mod:`.records`; a bucket stops taking a pod's
+samples at 255, far above 8 GPUs at 10 Hz); per pod the running totals of its
+*closed* buckets (doubles) and which bucket is *open* (the newest). Samples of
+the open bucket (a pod on several GPUs, a burst) only add to its record; when
+a newer bucket opens, the old one is folded into the totals; a publish adds
+the open record to the totals and divides. Totals add and subtract exactly
+the stored float32 values, so they do not drift. Nothing is allocated per
+sample and nothing here is an object the garbage collector walks. A pod's
+number and ring are reused once its newest sample has left the window.
+
+The engine metrics live beside it in the same shape, only for pods that ever
+sent one (most GPU workloads have no inference engine, and memory is the
+budget): such a pod gets an engine number, and a second ring of engine
+records whose buckets are the pod's buckets (the same slot, time and
+lifetime), and engine totals that are folded and evicted with the GPU
+record's.
+
+A ring longer than the shared one (a policy's longer window) is the pod's
+own: times, records and engine records outside the shared buffers, re-laid
+by :meth:`Rings._reshape`, which keeps the newest buckets and copies at most
+three runs of the ring.
+
+Which pod a number is, and which window it follows, is the policy's
+(:mod:`.pods`); this module only keeps numbers, buckets and totals.
+"""
+
+from __future__ import annotations
+
+from array import array
+from operator import add, sub
+from typing import Any
+
+from gpuscale.wire import NO_METRICS, UNSET, MetricValues
+
+from .records import (
+    COUNT_MAX,
+    EMPTY,
+    EMPTY_ENGINE,
+    EMPTY_RECORD,
+    ENGINE_METRICS,
+    ENGINE_RECORD,
+    ENGINE_TOTALS,
+    ENGINE_TOTALS_RECORD,
+    KV,
+    MEM_RATIO,
+    N_ENGINE,
+    N_METRICS,
+    NO_ENGINE,
+    NO_ENGINE_VALUES,
+    RECORD,
+    TOTALS,
+    TOTALS_RECORD,
+    WINDOW_METRICS,
+    engine_added,
+    engine_values,
+)
+
+# Where a pod's ring lies: its buckets' times, records and engine records, the
+# index of its first bucket in the times and records, in the engine records, and its length.
+Where = tuple["array[float]", bytearray, bytearray, int, int, int]
+
+
+class Rings:
+    """Per pod number: a ring of buckets, the closed buckets' totals and the pod's
+    bookkeeping (last sample, interval, first sample, pinned run), all packed."""
+
+    def __init__(self, slots: int, bucket_s: float) -> None:
+        self.slots = slots  # the shared rings' length
+        self._inv_bucket = 1.0 / bucket_s
+        self._pod_count = 0
+        self._free: list[int] = []
+        self._capacity = 0
+        # Per pod × slot:
+        self._ts = array("d")  # newest sample time in the bucket; EMPTY: nothing
+        self._ring = bytearray()  # RECORD per bucket
+        # Per pod:
+        self._totals = array("d")  # TOTALS per pod: the closed buckets' sums and counts
+        self._open = array("q")  # the open (newest) bucket's index, -1: none
+        self._len = array("q")  # the ring's length: ``slots`` (shared buffers), else in ``_long``
+        # pod -> its own ring (times, records, engine records: empty without an engine).
+        self._long: dict[int, tuple[array[float], bytearray, bytearray]] = {}
+        self._oldest = array("q")  # lowest bucket index that may still be in the ring
+        self._last_seen = array("d")
+        self._interval = array("d")
+        self._joined = array("d")  # the pod's first sample in this life: when it came to serve
+        self._engine = array("q")  # per pod: its engine number, NO_ENGINE: none yet
+        # Saturation onset (the policy's): whether the pod is in a run of pinned
+        # samples, and when its last unpinned one was.
+        self._unpinned_at = array("d")
+        self._pinned = bytearray()
+        # Per engine number × slot, and per engine number:
+        self._engine_ring = bytearray()  # ENGINE_RECORD per bucket
+        self._engine_totals = array("d")  # ENGINE_TOTALS per engine pod
+        self._engine_capacity = 0
+        self._engine_free: list[int] = []
+
+    # --- where a ring lies -------------------------------------------------------
+
+    def _rings(self, pid: int) -> Where:
+        """Where a pod's ring lies: its buckets' times, records and engine records,
+        the index of its first bucket in the times and records, in the engine
+        records, and its length."""
+        n = self._len[pid]
+        if n == self.slots:
+            return self._ts, self._ring, self._engine_ring, pid * n, self._engine[pid] * n, n
+        ts, ring, engine = self._long[pid]
+        return ts, ring, engine, 0, 0, n
+
+    def _reshape(self, pid: int, slots: int) -> None:
+        """Re-lay one pod's ring for ``slots`` buckets (the shared length: back into
+        the shared buffers), keeping its newest buckets; those that no longer fit
+        leave its totals. A bucket's place is its index modulo the length, so the
+        kept buckets (consecutive indices) move in at most three runs."""
+        where = self._rings(pid)
+        old_ts, old_ring, old_engine, base, ebase, n = where
+        eid = self._engine[pid]
+        size, esize, inv = RECORD.size, ENGINE_RECORD.size, self._inv_bucket
+        current = self._open[pid]
+        oldest = self._oldest[pid]
+        keep_from = max(oldest, current - min(n, slots) + 1)
+        for bucket in range(max(oldest, current - n + 1), keep_from):
+            held = old_ts[base + bucket % n]
+            if held != EMPTY and int(held * inv) == bucket:
+                self._evict_slot(pid, bucket % n, where)
+        shared = slots == self.slots
+        if shared:
+            ts, ring, engine = self._ts, self._ring, self._engine_ring
+            to, eto = pid * slots, eid * slots
+            ts[to : to + slots] = array("d", bytes(8 * slots))
+        else:
+            ts, ring = array("d", bytes(8 * slots)), bytearray(size * slots)
+            engine = bytearray(esize * slots if eid != NO_ENGINE else 0)
+            to = eto = 0
+        bucket = keep_from
+        while 0 <= bucket <= current:
+            src, dst = bucket % n, bucket % slots
+            run = min(current - bucket + 1, n - src, slots - dst)
+            ts[to + dst : to + dst + run] = old_ts[base + src : base + src + run]
+            ring[(to + dst) * size : (to + dst + run) * size] = old_ring[
+                (base + src) * size : (base + src + run) * size
+            ]
+            if eid != NO_ENGINE:
+                engine[(eto + dst) * esize : (eto + dst + run) * esize] = old_engine[
+                    (ebase + src) * esize : (ebase + src + run) * esize
+                ]
+            bucket += run
+        if n == self.slots:  # it leaves the shared buffers: its place there holds nothing
+            self._ts[base : base + n] = array("d", bytes(8 * n))
+        if shared:
+            del self._long[pid]
+        else:
+            self._long[pid] = (ts, ring, engine)
+        self._oldest[pid] = keep_from
+        self._len[pid] = slots
+
+    # --- pod and engine numbers ---------------------------------------------------
+
+    def _alloc_pod(self, bucket: int, ts: float) -> int:
+        """A number for a pod whose first sample is at ``ts`` (in ``bucket``): a free
+        one, else the buffers grow by one pod."""
+        if self._free:
+            pid = self._free.pop()
+        else:
+            pid = self._capacity
+            self._capacity += 1
+            self._ts.extend(array("d", bytes(8 * self.slots)))
+            self._ring.extend(bytes(RECORD.size * self.slots))
+            self._totals.extend(array("d", bytes(8 * TOTALS)))
+            self._open.append(-1)
+            self._len.append(self.slots)
+            self._oldest.append(0)
+            self._last_seen.append(0.0)
+            self._interval.append(1.0)
+            self._joined.append(0.0)
+            self._engine.append(NO_ENGINE)
+            self._unpinned_at.append(0.0)
+            self._pinned.append(0)
+        self._open[pid] = -1
+        self._joined[pid] = ts
+        self._pinned[pid] = 0
+        self._oldest[pid] = bucket
+        self._last_seen[pid] = 0.0
+        self._interval[pid] = 1.0
+        self._pod_count += 1
+        return pid
+
+    def _release_pod(self, pid: int) -> None:
+        """Its ring is already empty (every bucket evicted): the number goes back, and
+        a ring of its own is freed."""
+        self._pod_count -= 1
+        if self._len[pid] != self.slots:
+            del self._long[pid]
+            self._len[pid] = self.slots
+        t = pid * TOTALS
+        self._totals[t : t + TOTALS] = array("d", bytes(8 * TOTALS))
+        eid = self._engine[pid]
+        if eid != NO_ENGINE:
+            self._engine[pid] = NO_ENGINE
+            self._engine_free.append(eid)
+        self._free.append(pid)
+
+    def _new_engine(self, pid: int) -> int:
+        """The pod's engine number: a ring of empty records and zero totals."""
+        if self._engine_free:
+            eid = self._engine_free.pop()
+        else:
+            eid = self._engine_capacity
+            self._engine_capacity += 1
+            self._engine_ring.extend(bytes(ENGINE_RECORD.size * self.slots))
+            self._engine_totals.extend(array("d", bytes(8 * ENGINE_TOTALS)))
+        size = ENGINE_RECORD.size * self.slots
+        self._engine_ring[eid * size : (eid + 1) * size] = bytes(size)
+        n = self._len[pid]
+        if n != self.slots:  # a ring of its own: its engine records beside it
+            ts, ring, _ = self._long[pid]
+            self._long[pid] = (ts, ring, bytearray(ENGINE_RECORD.size * n))
+        t = eid * ENGINE_TOTALS
+        self._engine_totals[t : t + ENGINE_TOTALS] = array("d", bytes(8 * ENGINE_TOTALS))
+        self._engine[pid] = eid
+        return eid
+
+    # --- the engine ring (pods with an inference engine only) ---------------------------
+
+    def _engine_open(self, engines: bytearray, eslot: int, engine: Any) -> None:
+        """A new bucket's engine record: the owner's values, or nothing yet."""
+        if engine:
+            record = engine_added(EMPTY_ENGINE, engine_values(engine))
+            ENGINE_RECORD.pack_into(engines, eslot * ENGINE_RECORD.size, *record)
+        else:
+            ENGINE_RECORD.pack_into(engines, eslot * ENGINE_RECORD.size, *EMPTY_ENGINE)
+
+    def _engine_merge(self, engines: bytearray, eslot: int, engine: Any) -> None:
+        """More values for the open bucket (the pod's other GPU entries carry the same)."""
+        off = eslot * ENGINE_RECORD.size
+        old = ENGINE_RECORD.unpack_from(engines, off)
+        if max(old[N_ENGINE:]) >= COUNT_MAX:
+            return
+        ENGINE_RECORD.pack_into(engines, off, *engine_added(old, engine_values(engine)))
+
+    def _engine_fold(self, eid: int, engines: bytearray, eslot: int) -> None:
+        """The closing bucket's engine record joins the engine totals."""
+        v = ENGINE_RECORD.unpack_from(engines, eslot * ENGINE_RECORD.size)
+        off = eid * ENGINE_TOTALS_RECORD.size
+        totals = self._engine_totals
+        ENGINE_TOTALS_RECORD.pack_into(
+            totals, off, *map(add, ENGINE_TOTALS_RECORD.unpack_from(totals, off), v)
+        )
+
+    def _evict_slot(
+        self,
+        pid: int,
+        position: int,
+        where: Where | None = None,
+    ) -> None:
+        """Take one closed bucket (at ``position`` in the pod's ring, ``where`` it lies:
+        :meth:`_rings`; None: in the shared buffers) out of the pod's totals and empty it."""
+        eid = self._engine[pid]
+        if where is None:  # (the publish cycle's common case: no tuple built)
+            slot = pid * self.slots + position
+            slot_ts = self._ts
+            ring = self._ring
+        else:
+            slot_ts, ring = where[0], where[1]
+            slot = where[3] + position
+        if eid != NO_ENGINE:
+            if where is None:
+                engines, eslot = self._engine_ring, eid * self.slots + position
+            else:
+                engines, eslot = where[2], where[4] + position
+            eoff = eid * ENGINE_TOTALS_RECORD.size
+            e = ENGINE_RECORD.unpack_from(engines, eslot * ENGINE_RECORD.size)
+            engine_totals = self._engine_totals
+            ENGINE_TOTALS_RECORD.pack_into(
+                engine_totals, eoff, *map(sub, ENGINE_TOTALS_RECORD.unpack_from(engine_totals, eoff), e)
+            )
+        totals = self._totals
+        off = pid * TOTALS_RECORD.size
+        v = RECORD.unpack_from(ring, slot * RECORD.size)
+        TOTALS_RECORD.pack_into(totals, off, *map(sub, TOTALS_RECORD.unpack_from(totals, off), v))
+        slot_ts[slot] = EMPTY
+
+    def _add_late(
+        self,
+        pid: int,
+        position: int,
+        bucket: int,
+        ts: float,
+        values: tuple[float | None, ...],
+        engine: Any = None,
+    ) -> None:
+        """A sample for a bucket older than the open one (a reordered batch, a
+        collector restart): into its closed bucket (at ``position`` in the pod's
+        ring), and so into the totals. A bucket a whole ring older than the open
+        one, or a slot holding a bucket a whole ring newer, means this sample is
+        older than the window: dropped (only a sender whose clock went back by
+        more than a window sends such)."""
+        where = self._rings(pid)
+        slot_ts, ring, engines, base, ebase, n = where
+        if bucket <= self._open[pid] - n:
+            return
+        slot = base + position
+        held_ts = slot_ts[slot]
+        if held_ts != EMPTY:
+            held = int(held_ts * self._inv_bucket)
+            if held > bucket:
+                return
+            if held < bucket:
+                self._evict_slot(pid, position, where)
+        off = slot * RECORD.size
+        occupied = slot_ts[slot] != EMPTY
+        old = RECORD.unpack_from(ring, off) if occupied else EMPTY_RECORD
+        if old[N_METRICS] >= COUNT_MAX:
+            return
+        eid = self._engine[pid]
+        if eid != NO_ENGINE:
+            self._engine_late(eid, engines, ebase + position, occupied, engine)
+        sums = [s + (v or 0.0) for s, v in zip(old[:N_METRICS], values, strict=True)]
+        counts = [c + (v is not None) for c, v in zip(old[N_METRICS:], values, strict=True)]
+        RECORD.pack_into(ring, off, *sums, *counts)
+        new = RECORD.unpack_from(ring, off)
+        t = pid * TOTALS
+        totals = self._totals
+        for i in range(TOTALS):
+            totals[t + i] += new[i] - old[i]
+        if ts > slot_ts[slot]:
+            slot_ts[slot] = ts
+        if bucket < self._oldest[pid]:
+            self._oldest[pid] = bucket
+
+    def _engine_late(self, eid: int, engines: bytearray, eslot: int, occupied: bool, engine: Any) -> None:
+        """A late sample's engine values into its closed bucket, and so into the totals."""
+        off = eslot * ENGINE_RECORD.size
+        old = ENGINE_RECORD.unpack_from(engines, off) if occupied else EMPTY_ENGINE
+        if max(old[N_ENGINE:]) >= COUNT_MAX:
+            return
+        values = engine_values(engine) if engine else NO_ENGINE_VALUES
+        ENGINE_RECORD.pack_into(engines, off, *engine_added(old, values))
+        stored = ENGINE_RECORD.unpack_from(engines, off)
+        t = eid * ENGINE_TOTALS
+        for i in range(ENGINE_TOTALS):
+            self._engine_totals[t + i] += stored[i] - old[i]
+
+    def _evict(self, pid: int, cutoff: float) -> bool:
+        """Drop the pod's buckets whose newest sample is at or before ``cutoff``,
+        oldest first; False when nothing is left."""
+        slots = self.slots
+        if not self._long or self._len[pid] == slots:  # (most pods: no tuple built)
+            where = None
+            slot_ts, base = self._ts, pid * slots
+        else:
+            where = self._rings(pid)
+            slot_ts, base, slots = where[0], 0, where[5]
+        inv = self._inv_bucket
+        oldest = self._oldest[pid]
+        current = self._open[pid]
+        while oldest < current:
+            slot = base + oldest % slots
+            held = slot_ts[slot]
+            if held != EMPTY and int(held * inv) == oldest:
+                if held > cutoff:
+                    break
+                self._evict_slot(pid, oldest % slots, where)
+            oldest += 1
+        self._oldest[pid] = oldest
+        if oldest < current:
+            return True
+        # Only the open bucket may be left; it is not in the totals.
+        slot = base + current % slots
+        if slot_ts[slot] > cutoff:
+            return True
+        slot_ts[slot] = EMPTY
+        self._open[pid] = -1
+        return False
+
+    def _recent(self, pid: int, cutoff: float) -> MetricValues:
+        """The pod's means over its buckets whose newest sample is after
+        ``cutoff``, newest first (the last seconds: what a saturated pod shows
+        before its window's mean does). Walks a few records; only for the
+        workloads whose policy asked."""
+        current = self._open[pid]
+        if current < 0:
+            return NO_METRICS
+        slot_ts, ring, engines, base, ebase, slots = self._rings(pid)
+        inv = self._inv_bucket
+        sums = [0.0] * TOTALS
+        eid = self._engine[pid]
+        esums = [0.0] * ENGINE_TOTALS
+        bucket = current
+        while bucket > current - slots:
+            slot = base + bucket % slots
+            held = slot_ts[slot]
+            if held != EMPTY and int(held * inv) == bucket:
+                if held <= cutoff:
+                    break
+                for i, v in enumerate(RECORD.unpack_from(ring, slot * RECORD.size)):
+                    sums[i] += v
+                if eid != NO_ENGINE:
+                    record = ENGINE_RECORD.unpack_from(engines, (ebase + bucket % slots) * ENGINE_RECORD.size)
+                    for i, v in enumerate(record):
+                        esums[i] += v
+            bucket -= 1
+        means: dict[str, float] = {}
+        for i, name in enumerate(WINDOW_METRICS):
+            count = sums[N_METRICS + i]
+            if count > 0.5:
+                value = max(0.0, sums[i] / count)
+                means[name] = min(value, 100.0) if i <= MEM_RATIO else value
+        for i, name in enumerate(ENGINE_METRICS):
+            count = esums[N_ENGINE + i]
+            if count > 0.5:
+                value = max(0.0, esums[i] / count)
+                means[name] = min(value, 100.0) if name == "kv_cache_usage" else value
+        return MetricValues.of(means) if means else NO_METRICS
+
+    def _engine_means(self, pid: int, eid: int) -> tuple[Any, ...]:
+        """An engine pod's window means (closed buckets' totals plus the open
+        bucket's record), UNSET where it sent none; pinned to the contract's ranges."""
+        t = eid * ENGINE_TOTALS
+        _, _, engines, _, ebase, n = self._rings(pid)
+        v = ENGINE_RECORD.unpack_from(engines, (ebase + self._open[pid] % n) * ENGINE_RECORD.size)
+        totals = self._engine_totals
+        means: list[Any] = []
+        for i in range(N_ENGINE):
+            total, count = totals[t + i] + v[i], totals[t + N_ENGINE + i] + v[N_ENGINE + i]
+            if count <= 0.5:
+                means.append(UNSET)
+            elif total <= 0.0:
+                means.append(0.0)
+            elif i == KV and total >= 100.0 * count:
+                means.append(100.0)
+            else:
+                means.append(total / count)
+        return tuple(means)
+
+    # --- sizes ------------------------------------------------------------------
+
+    @property
+    def pod_count(self) -> int:
+        return self._pod_count
+
+    @property
+    def own_ring_count(self) -> int:
+        """Pods holding a ring of their own (their workload asked for a longer window)."""
+        return len(self._long)
