@@ -100,7 +100,8 @@ async def test_install_then_rotate_the_passwords_as_documented(kube_sim: KubeSim
             "containers"
         ]
     }
-    assert images and all(image.startswith("registry.example.com/gpuscale/") for image in images), images
+    assert images
+    assert all(image.startswith("registry.example.com/gpuscale/") for image in images), images
     # Step 5 as written: the example's workload exists for its GPUScaler.
     await bash(steps[4], kube_sim, tmp_path, cwd=checkout)
     kube_sim.get("apps/v1", "Deployment", "bert-intent-detection", "default")
