@@ -123,7 +123,7 @@ def demo_gpuscaler(name: str = DEMO_WORKLOAD, ns: str = DEMO_NAMESPACE, window: 
 
 
 # ``demo-llm``: two vLLM-like workloads on the same traffic, one scaled on its
-# engine's queue, one on GPU utilization (issue 14).
+# engine's queue, one on GPU utilization.
 LLM_QUEUE_WORKLOAD = "llm-queue"
 LLM_UTIL_WORKLOAD = "llm-util"
 LLM_WORKLOADS = (LLM_QUEUE_WORKLOAD, LLM_UTIL_WORKLOAD)

@@ -1,4 +1,4 @@
-"""kube-sim plays an inference server (issue 14): pods annotated
+"""kube-sim plays an inference server: pods annotated
 ``sim.gpuscale.io/engine: vllm`` queue requests (a fluid queue, virtual time
 here) and serve vLLM's /metrics at their pod IP, on the port and path their
 own annotations name, read here with prometheus_client's parser and over

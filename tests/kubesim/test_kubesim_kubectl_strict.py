@@ -193,7 +193,7 @@ spec:
 async def test_kubectl_is_refused_a_target_below_a_milli_unit_and_a_window_past_a_day(
     kubectl: Kubectl, tmp_path: Path
 ) -> None:
-    # 5e-10 would be 0 milli-units, the divisor of every evaluation (issue 32).
+    # 5e-10 would be 0 milli-units, the divisor of every evaluation.
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(
         """

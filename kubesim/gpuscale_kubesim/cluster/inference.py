@@ -1,4 +1,4 @@
-"""Pods that play an inference server (issue 14): a queueing model, and the
+"""Pods that play an inference server: a queueing model, and the
 vLLM ``/metrics`` exposition it shows. Pure: ``now`` and rates come in.
 
 A pod plays vLLM when its metadata says ``sim.gpuscale.io/engine: vllm``;
@@ -25,11 +25,23 @@ below saturation it equals ``L / ready GPUs``, the plain load model's share.
 KV-cache usage rises with running requests (their context) and with the
 queue's pressure (preempted and swapped sequences): ``0.85·running/slots +
 0.15·waiting/(waiting + slots)``, a 0–1 fraction as vLLM reports it.
+
+What users pay is accounted per workload (:class:`WaitAccount`),
+from the same fluid: each pod's queue is FIFO, so each step's arrivals that
+find no free slot join the tail as one cohort stamped with their arrival time,
+and the slots that free up take the head first; a cohort's wait is the time
+from its stamp to the step that starts it (resolution: one step). Giving up
+thins every waiting cohort alike (the fluid's ``waiting·dt/patience``), so the
+cohorts keep their order and the waits of those served are exact for the fluid.
+Request-seconds waiting is the integral of the queue; requests a removed pod
+held, or that arrived while no pod served, are counted apart.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -89,6 +101,92 @@ def endpoint_of(pod: Mapping[str, Any]) -> Endpoint | None:
     return Endpoint(engine, port, path, str(notes.get(MODEL_ANNOTATION) or DEFAULT_MODEL))
 
 
+# Upper bounds (s) of the wait histogram: none, then a tenth of a second (one step) up
+# to 10 s, then coarser; a quantile is read off it by interpolation within a bucket.
+WAIT_BOUNDS_S: Final = (
+    tuple(round(0.1 * i, 1) for i in range(101))
+    + tuple(float(s) for s in range(11, 61))
+    + tuple(float(s) for s in range(65, 601, 5))
+    + (3600.0, math.inf)
+)
+
+
+@dataclass
+class WaitAccount:
+    """What a workload's requests paid in queues, cumulative (requests are the fluid's)."""
+
+    arrived: float = 0.0
+    started: float = 0.0  # left the queue for a slot (those the wait histogram holds)
+    abandoned: float = 0.0  # gave up waiting
+    dropped: float = 0.0  # were queued on a pod that stopped serving
+    unserved: float = 0.0  # arrived while no pod served
+    waiting_request_s: float = 0.0  # integral of the queue over time
+    wait_counts: list[float] = field(default_factory=lambda: [0.0] * len(WAIT_BOUNDS_S))
+
+    def record_wait(self, wait_s: float, requests: float) -> None:
+        if requests > 0:
+            self.started += requests
+            self.wait_counts[bisect.bisect_left(WAIT_BOUNDS_S, wait_s - 1e-9)] += requests
+
+    def since(self, earlier: WaitAccount) -> WaitAccount:
+        """What was paid after ``earlier`` (a copy of this account taken then)."""
+        return WaitAccount(
+            self.arrived - earlier.arrived,
+            self.started - earlier.started,
+            self.abandoned - earlier.abandoned,
+            self.dropped - earlier.dropped,
+            self.unserved - earlier.unserved,
+            self.waiting_request_s - earlier.waiting_request_s,
+            [a - b for a, b in zip(self.wait_counts, earlier.wait_counts, strict=True)],
+        )
+
+    def copy(self) -> WaitAccount:
+        return self.since(WaitAccount())
+
+    def wait_quantile_s(self, q: float) -> float:
+        """The ``q`` quantile (0..1) of the waits of started requests, 0 when none started."""
+        total = sum(self.wait_counts)
+        if total <= 0:
+            return 0.0
+        rank, below, low = q * total, 0.0, 0.0
+        for bound, count in zip(WAIT_BOUNDS_S, self.wait_counts, strict=True):
+            if count > 0 and below + count >= rank:
+                return low if math.isinf(bound) else low + (bound - low) * (rank - below) / count
+            below += count
+            low = bound
+        return low
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arrived": round(self.arrived, 3),
+            "started": round(self.started, 3),
+            "abandoned": round(self.abandoned, 3),
+            "dropped": round(self.dropped, 3),
+            "unserved": round(self.unserved, 3),
+            "waiting_request_s": round(self.waiting_request_s, 3),
+            "wait_p50_s": round(self.wait_quantile_s(0.5), 3),
+            "wait_p90_s": round(self.wait_quantile_s(0.9), 3),
+            "wait_p99_s": round(self.wait_quantile_s(0.99), 3),
+            "wait_bounds_s": [b if math.isfinite(b) else None for b in WAIT_BOUNDS_S],
+            "wait_counts": [round(c, 4) for c in self.wait_counts],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> WaitAccount:
+        counts = [float(c) for c in doc["wait_counts"]]
+        if len(counts) != len(WAIT_BOUNDS_S):
+            raise ValueError("wait_counts does not match WAIT_BOUNDS_S")
+        return cls(
+            float(doc["arrived"]),
+            float(doc["started"]),
+            float(doc["abandoned"]),
+            float(doc["dropped"]),
+            float(doc["unserved"]),
+            float(doc["waiting_request_s"]),
+            counts,
+        )
+
+
 @dataclass
 class EnginePod:
     """One serving pod's queue. Counters are cumulative since the pod became ready."""
@@ -101,7 +199,11 @@ class EnginePod:
     completed: float = 0.0
     abandoned: float = 0.0
     busy_s: float = 0.0  # integral of running/slots over time (for the latency histograms)
-    served_s: float = 0.0
+    served_s: float = 0.0  # also the pod's own clock, for the waits
+    account: WaitAccount = field(default_factory=WaitAccount)  # its workload's, shared
+    # The queue's cohorts, head first: (arrival time, size / survival when it arrived).
+    cohorts: deque[tuple[float, float]] = field(default_factory=deque)
+    survival: float = 1.0  # the share of a waiting request not yet given up, since the queue formed
 
     def slots(self, config: EngineConfig) -> float:
         return config.max_running_per_gpu * self.gpus
@@ -126,16 +228,50 @@ class EnginePod:
         slots = self.slots(config)
         arrivals = max(0.0, arrival_rate) * dt
         done = min(self.running, self.running * dt / config.service_s)
-        in_system = self.running - done + self.waiting + arrivals
-        self.running = min(slots, in_system)
-        waiting = in_system - self.running
+        free = max(0.0, slots - (self.running - done))
+        now = self.served_s + dt
+        from_queue = min(free, self.waiting)
+        self._serve_head(from_queue, now)
+        from_arrivals = min(free - from_queue, arrivals)
+        self.account.record_wait(0.0, from_arrivals)
+        queued = arrivals - from_arrivals
+        if queued > 0:
+            self.cohorts.append((now, queued / self.survival))
+        self.running = self.running - done + from_queue + from_arrivals
+        waiting = self.waiting - from_queue + queued
         gave_up = min(waiting, waiting * dt / config.patience_s)
+        if waiting > 0:
+            self.survival *= 1.0 - gave_up / waiting
         self.waiting = waiting - gave_up
+        if self.waiting <= 1e-9 or not self.cohorts:
+            self.waiting = max(0.0, self.waiting)
+            self.cohorts.clear()
+            self.survival = 1.0
+        elif self.survival < 1e-100:  # renormalize before the scaled sizes overflow
+            self.cohorts = deque((at, size * self.survival) for at, size in self.cohorts)
+            self.survival = 1.0
         self.arrived += arrivals
         self.completed += done
         self.abandoned += gave_up
         self.busy_s += dt * (self.running / slots if slots > 0 else 0.0)
-        self.served_s += dt
+        self.served_s = now
+        self.account.arrived += arrivals
+        self.account.abandoned += gave_up
+        self.account.waiting_request_s += self.waiting * dt
+
+    def _serve_head(self, requests: float, now: float) -> None:
+        """Start ``requests`` from the head of the queue, recording each cohort's wait."""
+        while requests > 1e-12 and self.cohorts:
+            at, scaled = self.cohorts[0]
+            size = scaled * self.survival
+            if size <= requests:
+                self.cohorts.popleft()
+                self.account.record_wait(now - at, size)
+                requests -= size
+            else:
+                self.cohorts[0] = (at, (size - requests) / self.survival)
+                self.account.record_wait(now - at, requests)
+                requests = 0.0
 
 
 @dataclass
@@ -145,6 +281,7 @@ class InferenceWorkloads:
     config: EngineConfig = field(default_factory=EngineConfig)
     pods: dict[str, EnginePod] = field(default_factory=dict)  # by pod uid
     at: float | None = None  # simulated time they were advanced to
+    accounts: dict[tuple[str, str], WaitAccount] = field(default_factory=dict)  # by workload
 
     def advance(
         self,
@@ -156,14 +293,17 @@ class InferenceWorkloads:
         workload (namespace, name), its serving engine pods (uid → (gpus,
         endpoint)); ``load_at(workload, sim_t)`` its load in GPU-percent then.
         Pods that stopped serving leave with their queue (their clients retry
-        elsewhere, as new arrivals); pods that start serving start empty."""
+        elsewhere, as new arrivals); pods that start serving start empty. A
+        workload given with no pods has its arrivals counted as unserved."""
         live = {uid for pods in serving.values() for uid in pods}
         for uid in [u for u in self.pods if u not in live]:
-            del self.pods[uid]
-        for pods in serving.values():
+            gone = self.pods.pop(uid)
+            gone.account.dropped += gone.waiting
+        for workload, pods in serving.items():
+            account = self.accounts.setdefault(workload, WaitAccount())
             for uid, (gpus, endpoint) in pods.items():
                 if uid not in self.pods:
-                    self.pods[uid] = EnginePod(gpus, endpoint)
+                    self.pods[uid] = EnginePod(gpus, endpoint, account=account)
         start = sim_now if self.at is None else self.at
         self.at = max(start, sim_now)
         span = sim_now - start
@@ -174,7 +314,12 @@ class InferenceWorkloads:
         per_gpu = self.config.requests_per_gpu_s
         for workload, pods in serving.items():
             total_gpus = sum(g for g, _ in pods.values())
-            if total_gpus <= 0:
+            if total_gpus <= 0:  # nobody serves: its requests are counted, not queued
+                account = self.accounts[workload]
+                for i in range(steps):
+                    rate = max(0.0, float(load_at(workload, start + (i + 0.5) * dt))) / 100.0 * per_gpu
+                    account.arrived += rate * dt
+                    account.unserved += rate * dt
                 continue
             members = [(self.pods[uid], gpus / total_gpus) for uid, (gpus, _) in pods.items()]
             for i in range(steps):

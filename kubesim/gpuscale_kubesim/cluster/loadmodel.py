@@ -96,6 +96,8 @@ class LoadModel:
                 continue
             key = (pod["metadata"]["namespace"], self.owner_of(pod).name)
             serving.setdefault(key, {})[uid] = (len(state.gpus), endpoint)
+        for key in self.inference.accounts:  # a served workload left with no pod: its arrivals are counted
+            serving.setdefault(key, {})
         self.inference.advance(now.mono * self.speed, serving, lambda w, t: self._sim_load(w, t, now))
         return pods
 
@@ -176,6 +178,9 @@ class LoadModel:
                 if engine is not None:  # an inference server: its queue, summed over pods
                     out[-1]["requests_waiting"] = round(engine[0], 2)
                     out[-1]["requests_running"] = round(engine[1], 2)
+                account = self.inference.accounts.get((meta["namespace"], meta["name"]))
+                if account is not None:  # what its requests paid in queues, since it first served
+                    out[-1]["requests_paid"] = account.to_json()
         return out
 
     def node_gpus(self, node_name: str, capacity: int, now: Now) -> NodeGpus:

@@ -1,0 +1,90 @@
+"""A request trace read as the bench replays it: rows to GPU work, the window, the scale."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _bench_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+rt = _bench_module("request_trace")
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def trace(tmp_path: Path, rows: list[tuple[str, int, int]]) -> Path:
+    path = tmp_path / "trace.csv"
+    path.write_text(HEADER + "".join(f"{t},{i},{o}\n" for t, i, o in rows))
+    return path
+
+
+def test_a_request_costs_its_input_over_the_prefill_rate_plus_its_output_over_the_decode_rate(
+    tmp_path: Path,
+) -> None:
+    path = trace(
+        tmp_path,
+        [
+            ("2023-11-16 18:00:00.2000000", 1200, 25),  # 0.1 + 0.01 GPU-s
+            ("2023-11-16 18:00:00.7000000", 0, 250),  # 0.1 GPU-s
+            ("2023-11-16 18:00:02.5000000", 2400, 0),  # 0.2 GPU-s, two seconds on
+        ],
+    )
+    requests = rt.read_trace(path)
+    loads = rt.demand(requests, rt.TokenCost(12_000.0, 2_500.0))
+    # GPU-percent arriving per second: 100 × GPU-s of the requests that arrive in it.
+    assert loads == pytest.approx([21.0, 0.0, 20.0])
+
+
+def test_timestamps_with_seven_fractional_digits_keep_their_order_and_spacing(tmp_path: Path) -> None:
+    path = trace(
+        tmp_path,
+        [("2023-11-16 18:17:04.0319600", 1, 1), ("2023-11-16 18:17:03.9799600", 1, 1)],
+    )
+    requests = rt.read_trace(path)
+    assert [r.at_s for r in requests] == pytest.approx([0.0, 0.052], abs=1e-6)
+
+
+def test_a_trace_without_the_token_columns_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.csv"
+    path.write_text("TIMESTAMP,Tokens\n2023-11-16 18:00:00,5\n")
+    with pytest.raises(ValueError, match="ContextTokens"):
+        rt.read_trace(path)
+
+
+def test_the_most_variable_15_minutes_after_the_lead_in_is_where_the_bursts_are() -> None:
+    loads = [100.0] * 3600
+    for second in range(1800, 2700):  # minutes 30 to 45: 20 s bursts every minute
+        loads[second] = 600.0 if second % 60 < 20 else 0.0
+    assert rt.most_variable_start_s(loads) == 1800.0
+
+
+def test_no_window_starts_before_the_lead_in() -> None:
+    loads = [0.0 if s % 60 < 30 else 900.0 for s in range(600)] + [100.0] * 1200
+    assert rt.most_variable_start_s(loads) >= rt.LEAD_IN_S
+
+
+def test_the_traffic_is_scaled_so_its_busiest_minute_needs_the_asked_replicas(tmp_path: Path) -> None:
+    rows = [(f"2023-11-16 18:{m:02d}:{s:02d}.0000000", 1200, 0) for m in range(30) for s in range(0, 60, 2)]
+    path = trace(tmp_path, rows)
+    profile = rt.trace_profile(
+        path, rt.TokenCost(12_000.0, 2_500.0), whole=True, peak_replicas=8.0, scale=None, per_pod=70.0
+    )
+    # 0.1 GPU-s every 2 s is 5 GPU-% a minute through; 8 replicas at 70 % is 560.
+    assert rt.peak_minute(list(profile.loads)) == pytest.approx(560.0)
+    assert profile.source["scale"] == pytest.approx(560.0 / 5.0)
+    assert profile.at(0.5) == profile.loads[0]
+    assert profile.at(profile.duration_s + 10) == 0.0
