@@ -173,7 +173,7 @@ def _wanted() -> dict[str, str]:
         subjects.DECISIONS_STREAM: f"stream {subjects.DECISIONS_STREAM}",
         subjects.ADVICE_STREAM: f"stream {subjects.ADVICE_STREAM}",
         f"KV_{subjects.DECIDER_STATE_BUCKET}": f"bucket {subjects.DECIDER_STATE_BUCKET}",
-        f"KV_{subjects.ACTUATOR_APPLIED.bucket}": f"bucket {subjects.ACTUATOR_APPLIED.bucket}",
+        f"KV_{subjects.DESIRED.bucket}": f"bucket {subjects.DESIRED.bucket}",
     }
 
 

@@ -124,7 +124,7 @@ def declarations(settings: SetupSettings) -> list[StreamSpec | KvSpec]:
         dataclasses.replace(subjects.DECISIONS, replicas=n),
         dataclasses.replace(subjects.ADVICE, replicas=n),
         dataclasses.replace(subjects.decider_state(settings.state_bucket), replicas=n),
-        dataclasses.replace(subjects.ACTUATOR_APPLIED, replicas=n),
+        dataclasses.replace(subjects.DESIRED, replicas=n),
     ]
     if settings.scale_out:
         parts = subjects.aggregator_parts_stream(settings.window_s, settings.samples_storage)

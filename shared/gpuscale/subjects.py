@@ -37,13 +37,11 @@ DECISIONS_STREAM: Final = "GPUSCALE_DECISIONS"
 ADVICE_STREAM: Final = "GPUSCALE_ADVICE"
 SAMPLES_STREAM: Final = "GPUSCALE_SAMPLES"
 AGGREGATOR_PARTS_STREAM: Final = "GPUSCALE_AGGREGATOR_PARTS"
-ACTUATOR_DURABLE: Final = "gpuscale-actuator"
-ACTUATOR_APPLIED_BUCKET: Final = "GPUSCALE_ACTUATOR_APPLIED"
+# Each workload's desired replica count, written by the decider, converged to by the actuator.
+DESIRED_BUCKET: Final = "GPUSCALE_DESIRED"
 DECIDER_STATE_BUCKET: Final = "gpuscale_decider_state"
-# Decisions are kept a day for audit; the actuator never acts on old ones.
+# Decisions are kept a day as the record of every change of desired count.
 DECISIONS_MAX_AGE_S: Final = 24 * 3600.0
-# Past --max-decision-age a redelivered decision is skipped as stale anyway.
-ACTUATOR_APPLIED_TTL_S: Final = 3600.0
 # JetStream's own default de-duplication window (Nats-Msg-Id).
 DUPLICATE_WINDOW_S: Final = 120.0
 
@@ -131,6 +129,19 @@ def advice(key: WorkloadKey) -> str:
 
 def windows(key: WorkloadKey) -> str:
     return _workload_subject("windows", key)
+
+
+def desired_key(key: WorkloadKey) -> str:
+    """The workload's key in :data:`DESIRED`: escaped tokens, ``=`` for ``~`` (KV keys allow no ``~``)."""
+    tokens = (escape_token(key.namespace), escape_token(key.kind), escape_token(key.name))
+    return ".".join(tokens).replace("~", "=")
+
+
+def parse_desired_key(kv_key: str) -> WorkloadKey:
+    parts = kv_key.replace("=", "~").split(".")
+    if len(parts) != 3:
+        raise SubjectError(f"not a desired key: {kv_key[:200]!r}")
+    return WorkloadKey(*(unescape_token(p) for p in parts))
 
 
 def parse_samples(subject: str) -> str:
@@ -235,9 +246,8 @@ DECISIONS: Final = StreamSpec(
 ADVICE: Final = StreamSpec(
     ADVICE_STREAM, (ADVICE_ALL,), max_age_s=ADVICE_MAX_AGE_S, max_bytes=ADVICE_MAX_BYTES
 )
-ACTUATOR_APPLIED: Final = KvSpec(
-    ACTUATOR_APPLIED_BUCKET, ttl_s=ACTUATOR_APPLIED_TTL_S, max_bytes=KV_MAX_BYTES
-)
+# One entry per workload (its latest desired count): the state the actuator converges to.
+DESIRED: Final = KvSpec(DESIRED_BUCKET, history=1, max_bytes=KV_MAX_BYTES)
 
 
 def _window_stream(name: str, subject: str, window_s: float, storage: str) -> StreamSpec:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuscale import codec, subjects
-from gpuscale.natsio import NATS, headers_msg_id, jetstream
+from gpuscale.natsio import NATS, declare_kv, jetstream
 from gpuscale.runtime import ServiceContext, run_async
 from gpuscale.wire import Action, Decision
-from gpuscale_actuator.app import Hooks, ensure_decisions_stream, serve
+from gpuscale_actuator.app import serve
 from gpuscale_actuator.settings import ActuatorSettings
 
 from ..waiting import eventually, sample_value
@@ -33,7 +33,6 @@ def settings_for(nats_url: str, kubeconfig: str, **overrides: Any) -> ActuatorSe
         kubeconfig=Path(kubeconfig),
         http_port=0,
         identity="actuator-test",
-        ack_wait=2.0,
         **FAST_LEASE,
     )
     return replace(base, **overrides)
@@ -64,16 +63,14 @@ def decision(
 
 
 async def publish(nc: NATS, d: Decision) -> None:
-    js = jetstream(nc)
-    await ensure_decisions_stream(js)
+    """Write ``d`` as its workload's desired count, as the decider does."""
     key = subjects.WorkloadKey(d.namespace, d.kind, d.name)
-    await js.publish(subjects.decisions(key), codec.encode(d), headers=headers_msg_id(d.id))
+    await publish_raw(nc, subjects.desired_key(key), codec.encode(d))
 
 
-async def publish_raw(nc: NATS, subject: str, payload: bytes) -> None:
-    js = jetstream(nc)
-    await ensure_decisions_stream(js)
-    await js.publish(subject, payload)
+async def publish_raw(nc: NATS, kv_key: str, payload: bytes) -> None:
+    desired = await declare_kv(jetstream(nc), subjects.DESIRED)
+    await desired.put(kv_key, payload)
 
 
 @dataclass
@@ -131,14 +128,12 @@ class RunningActuator:
 
 
 @asynccontextmanager
-async def running_actuator(
-    settings: ActuatorSettings, hooks: Hooks | None = None
-) -> AsyncIterator[RunningActuator]:
+async def running_actuator(settings: ActuatorSettings) -> AsyncIterator[RunningActuator]:
     holder: dict[str, ServiceContext] = {}
 
     async def wrapped(ctx: ServiceContext) -> None:
         holder["ctx"] = ctx
-        await serve(ctx, hooks)
+        await serve(ctx)
 
     task = asyncio.create_task(run_async("actuator", settings, wrapped, http_port=0))
 

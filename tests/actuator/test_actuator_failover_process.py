@@ -44,7 +44,6 @@ async def actuator_process(
         "--lease-duration", str(LEASE_DURATION_S),
         "--renew-deadline", "1.5",
         "--retry-period", "0.2",
-        "--ack-wait", "2",
     ]  # fmt: skip
     proc = _spawn(args, log_dir / f"actuator-{identity}.log")
     try:

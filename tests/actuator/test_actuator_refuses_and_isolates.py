@@ -88,13 +88,10 @@ async def test_hostile_decisions_are_refused_before_any_api_call(
     await kube_sim.create(bystander_policy)
     patches = kube_sim.faults.add("PATCH", r"/deployments/", delay_s=0.0, count=None)  # counts every PATCH
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
-    sent: list[tuple[str, Decision, str, str]] = []
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
-        for name, change, cause, words in HOSTILE:
-            d = change(decision("victim", from_=2, to=3))
+        for name, change, _, words in HOSTILE:  # one by one: several write the same workload's entry
+            d: Decision = change(decision("victim", from_=2, to=3))
             await publish(nats_client, d)
-            sent.append((name, d, cause, words))
-        for name, d, _, words in sent:
             action = await actions.wait_for(d.id)
             assert action.outcome == "refused", (name, action)
             assert words in (action.error or ""), (name, action.error)

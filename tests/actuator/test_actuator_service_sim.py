@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +13,6 @@ from gpuscale import codec, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.kube import request_json
 from gpuscale.natsio import NATS
-from gpuscale.wire import Decision
-from gpuscale_actuator.app import Hooks
-from gpuscale_actuator.core.plan import LAST_DECISION_ANNOTATION
 from gpuscale_kubesim import KubeSim
 
 from ..waiting import eventually, holds_for
@@ -42,7 +37,7 @@ from .kube_fixtures import (
 
 pytestmark = pytest.mark.integration
 
-PATCH_BERT = r"/apis/apps/v1/namespaces/default/deployments/bert$"
+PATCH_BERT = r"/apis/apps/v1/namespaces/default/deployments/bert/scale$"
 SUCCESS = ("applied", "conflict_retried")
 
 
@@ -67,14 +62,13 @@ async def test_applies_a_decision_records_an_event_and_publishes_the_outcome(
         async with api_client(kube_sim.kubeconfig_path) as api:
             obj = await request_json(api, "GET", deployment_path("bert"))
             assert obj["spec"]["replicas"] == 3
-            assert obj["metadata"]["annotations"][LAST_DECISION_ANNOTATION] == d.id
             await eventually(lambda: events_about(api, "bert"), what="an event on the target")
             (event,) = await events_about(api, "bert")
         assert event["reason"] == "SuccessfulRescale"
         assert event["note"].startswith("New size: 3; reason: gpu_util 83.0 over target 70")
         assert event["regarding"]["uid"] == obj["metadata"]["uid"]
         assert actuator.metric("gpuscale_actuator_outcomes_total", outcome="applied") == 1
-        assert actuator.metric("gpuscale_actuator_decisions_consumed_total") == 1
+        assert actuator.metric("gpuscale_actuator_desired_updates_total") == 1
         assert actuator.metric("gpuscale_actuator_patch_latency_seconds_count") == 1
         assert actuator.metric("gpuscale_actuator_leader") == 1
         assert actuator.ctx is not None
@@ -104,23 +98,18 @@ async def test_statefulsets_scale_too(
         assert obj["spec"]["replicas"] == 4
 
 
-async def test_stale_decisions_are_skipped(
+async def test_an_old_desired_count_converges_whatever_count_it_was_written_at(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
+    """Level-triggered: the entry is the state to reach, not a change to replay."""
     await seed(kube_sim, "Deployment", "bert", 2)
-    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, max_decision_age=30.0)
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings):
-        moved = decision(from_=4, to=5)  # made when the target had 4 replicas; it has 2
-        old = decision(from_=2, to=3, age_s=45.0)  # right numbers, but older than 30 s
-        await publish(nats_client, moved)
-        await publish(nats_client, old)
-        a_moved = await actions.wait_for(moved.id)
-        a_old = await actions.wait_for(old.id)
-        assert a_moved.outcome == "skipped_stale"
-        assert "target has 2 replicas" in (a_moved.error or "")
-        assert a_old.outcome == "skipped_stale"
-        assert "old" in (a_old.error or "")
-    assert await replicas_of(kube_sim) == 2
+        d = decision(from_=4, to=5, age_s=3600.0)  # written an hour ago, when the target had 4
+        await publish(nats_client, d)
+        action = await actions.wait_for(d.id)
+    assert (action.outcome, action.replicas_before, action.replicas_after) == ("applied", 2, 5)
+    assert await replicas_of(kube_sim) == 5
 
 
 async def test_a_409_is_re_read_and_retried_once(
@@ -202,79 +191,108 @@ async def test_dry_run_changes_nothing(
     assert await replicas_of(kube_sim) == 2
 
 
-async def test_invalid_messages_are_rejected_counted_and_not_redelivered(
+async def test_invalid_entries_are_rejected_counted_and_hold_up_no_other(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
     await seed(kube_sim, "Deployment", "bert", 2)
-    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
-    subject = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "bert"))
-    other = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "other"))
+    await seed(kube_sim, "Deployment", "other", 2)
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, resync_interval=0.5)
+    key = subjects.desired_key(subjects.WorkloadKey("default", "Deployment", "bert"))
     good = decision(from_=2, to=3)
     bad: list[tuple[str, Any]] = [
-        (subject, b"\xc1not msgpack"),
-        (subject, codec.encode_raw({"v": 2, "id": "x"})),
-        (subject, codec.encode_raw({**good.to_wire(), "to_replicas": -1})),
-        (other, codec.encode(good)),  # payload names another workload than its subject
+        ("default.Deployment.other", b"\xc1not msgpack"),
+        ("default.Deployment.v2", codec.encode_raw({"v": 2, "id": "x"})),
+        ("default.Deployment.neg", codec.encode_raw({**good.to_wire(), "to_replicas": -1})),
+        ("default.Deployment.elsewhere", codec.encode(good)),  # the entry names another workload than its key
+        ("not-a-workload", codec.encode(good)),
     ]
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
-        for subj, payload in bad:
-            await publish_raw(nats_client, subj, payload)
-        await publish(nats_client, good)  # after the bad ones: proves they did not block the queue
+        for kv_key, payload in bad:
+            await publish_raw(nats_client, kv_key, payload)
+        await publish_raw(nats_client, key, codec.encode(good))  # after the bad ones: not held up
         assert (await actions.wait_for(good.id)).outcome == "applied"
-        rejected = {
-            reason: actuator.metric("gpuscale_messages_rejected_total", kind="decisions", reason=reason)
-            for reason in ("undecodable", "wrong_version", "out_of_range", "subject_mismatch")
-        }
-        assert rejected == {"undecodable": 1, "wrong_version": 1, "out_of_range": 1, "subject_mismatch": 1}
-        # Terminated, so never redelivered: a redelivery would come after ack_wait.
-        await holds_for(
-            lambda: actuator.metric("gpuscale_actuator_decisions_consumed_total") == 5,
-            settings.ack_wait + 0.5,
-            what="no redelivery",
+        reasons = ("undecodable", "wrong_version", "out_of_range", "key_mismatch", "bad_key")
+
+        def rejected() -> dict[str, float]:
+            return {
+                r: actuator.metric("gpuscale_messages_rejected_total", kind="desired", reason=r)
+                for r in reasons
+            }
+
+        await eventually(lambda: all(v == 1 for v in rejected().values()), what="each rejection counted")
+        # Resynced every 0.5 s: each bad entry is still counted once, the good one reported once.
+        resyncs = actuator.metric("gpuscale_actuator_resyncs_total")
+        await eventually(
+            lambda: actuator.metric("gpuscale_actuator_resyncs_total") >= resyncs + 3, what="three resyncs"
         )
+        assert all(v == 1 for v in rejected().values()), rejected()
     assert len(actions.for_decision(good.id)) == 1
+    assert await replicas_of(kube_sim, "other") == 2
 
 
-class SimulatedCrash(BaseException):
-    """Ends the service at the hook's point, past every ``except Exception``."""
-
-
-async def test_a_crash_between_patch_and_ack_applies_the_decision_exactly_once(
+async def test_the_same_desired_count_twice_is_one_write(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
     await seed(kube_sim, "Deployment", "bert", 2)
     patches = kube_sim.faults.add("PATCH", PATCH_BERT, delay_s=0.0, count=None)  # counts PATCHes
-    crashed = asyncio.Event()
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, resync_interval=0.5)
+    async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        d = decision(from_=2, to=3)
+        await publish(nats_client, d)
+        assert (await actions.wait_for(d.id)).outcome == "applied"
+        await publish(nats_client, d)  # written again (a new revision), and resynced
+        await eventually(lambda: actuator.metric("gpuscale_actuator_desired_updates_total") == 2)
+        resyncs = actuator.metric("gpuscale_actuator_resyncs_total")
+        await eventually(
+            lambda: actuator.metric("gpuscale_actuator_resyncs_total") >= resyncs + 2, what="two resyncs"
+        )
+    assert patches.hits == 1
+    assert len(actions.for_decision(d.id)) == 1
+    assert await replicas_of(kube_sim) == 3
 
-    async def crash_after_patch(_d: Decision) -> None:
-        crashed.set()
-        raise SimulatedCrash
 
-    d = decision(from_=2, to=3)
-    first = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="first")
-    async with watch_actions(nats_client) as actions:
-        async with running_actuator(first, Hooks(after_patch=crash_after_patch)) as dying:
-            await publish(nats_client, d)
-            await asyncio.wait_for(crashed.wait(), 15)
-            with contextlib.suppress(SimulatedCrash):  # the service died: no ack, no action
-                await dying.task
-        assert actions.for_decision(d.id) == []
-        assert patches.hits == 1
-        assert await replicas_of(kube_sim) == 3
+async def test_two_desired_counts_in_a_row_end_at_the_latest(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await seed(kube_sim, "Deployment", "bert", 2)
+    kube_sim.faults.add("PATCH", PATCH_BERT, delay_s=0.3, count=1)  # the first write is slow
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
+    async with watch_actions(nats_client) as actions, running_actuator(settings):
+        first, latest = decision(from_=2, to=3), decision(from_=2, to=6)
+        await publish(nats_client, first)
+        await publish(nats_client, latest)
+        assert (await actions.wait_for(latest.id)).replicas_after == 6
+    assert await replicas_of(kube_sim) == 6
 
-        second = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="second")
-        async with running_actuator(second) as restarted:
-            action = await actions.wait_for(d.id, timeout_s=20)  # redelivered after ack_wait
-            assert action.outcome == "applied"
-            # Counted after the report is published.
-            await eventually(lambda: restarted.metric("gpuscale_actuator_redelivered_applied_total") == 1)
-            assert restarted.metric("gpuscale_actuator_patch_latency_seconds_count") == 0
-            # The next decision is made from 3: applying the first one twice would have made it stale.
-            nxt = decision(from_=3, to=5)
-            await publish(nats_client, nxt)
-            assert (await actions.wait_for(nxt.id)).outcome == "applied"
-    assert patches.hits == 2  # the crashed decision's PATCH and the next one's: never twice
-    assert await replicas_of(kube_sim) == 5
+
+async def test_a_failed_write_is_tried_again_at_the_resync(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    await seed(kube_sim, "Deployment", "bert", 2)
+    kube_sim.faults.add("PATCH", PATCH_BERT, status=409, count=2)  # 409 twice: failed this time
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, resync_interval=1.0)
+    async with watch_actions(nats_client) as actions, running_actuator(settings):
+        d = decision(from_=2, to=3)
+        await publish(nats_client, d)
+        failed = await actions.wait_for(d.id)
+        assert failed.outcome == "failed"
+        assert "409 Conflict twice" in (failed.error or "")
+        await eventually(lambda: len(actions.for_decision(d.id)) == 2, 20, what="the resync's write")
+        assert actions.for_decision(d.id)[1].outcome == "applied"
+    assert await replicas_of(kube_sim) == 3
+
+
+async def test_a_restarted_actuator_converges_from_the_bucket(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
+) -> None:
+    """Written while no actuator ran (a crash, a roll-out): the next one reads it and converges."""
+    await seed(kube_sim, "Deployment", "bert", 2)
+    d = decision(from_=2, to=4)
+    await publish(nats_client, d)
+    settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="restarted")
+    async with watch_actions(nats_client) as actions, running_actuator(settings):
+        assert (await actions.wait_for(d.id, timeout_s=20)).outcome == "applied"
+    assert await replicas_of(kube_sim) == 4
 
 
 async def test_survives_a_nats_outage(
@@ -327,7 +345,7 @@ def pool_policies(tmp_path: Path) -> Path:
     return path
 
 
-async def test_custom_resources_scale_through_the_scale_subresource_once_per_decision(
+async def test_custom_resources_scale_through_the_scale_subresource(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
 ) -> None:
     await kube_sim.create(scalable_crd())
@@ -342,58 +360,17 @@ async def test_custom_resources_scale_through_the_scale_subresource_once_per_dec
     scale_patches = kube_sim.faults.add("PATCH", r"/inferencepools/pool/scale$", delay_s=0.0, count=None)
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=pool_policies(tmp_path))
     d = decision("pool", kind="InferencePool", api_version="example.com/v1", from_=1, to=2)
-    subject = subjects.decisions(subjects.WorkloadKey("default", "InferencePool", "pool"))
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         await publish(nats_client, d)
         assert (await actions.wait_for(d.id)).outcome in SUCCESS
-        # The same decision again (a redelivery; no Nats-Msg-Id, so JetStream keeps it).
-        await publish_raw(nats_client, subject, codec.encode(d))
-        await eventually(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
-        assert actions.for_decision(d.id)[1].outcome == "applied"
-        # Counted after the report is published.
-        await eventually(lambda: actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1)
+        await publish(nats_client, d)  # the same count again: nothing to write
+        await eventually(lambda: actuator.metric("gpuscale_actuator_desired_updates_total") == 2)
     assert scale_patches.hits == 1
+    assert len(actions.for_decision(d.id)) == 1
     assert kube_sim.get("example.com/v1", "InferencePool", "pool")["spec"]["replicas"] == 2
 
 
-async def test_a_crash_before_the_record_on_a_custom_resource_is_not_applied_twice(
-    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
-) -> None:
-    """The generic path has no atomic annotation: the from_replicas check guards the window."""
-    await kube_sim.create(scalable_crd())
-    await kube_sim.create(
-        {
-            "apiVersion": "example.com/v1",
-            "kind": "InferencePool",
-            "metadata": {"name": "pool"},
-            "spec": {"replicas": 1},
-        }
-    )
-    scale_patches = kube_sim.faults.add("PATCH", r"/inferencepools/pool/scale$", delay_s=0.0, count=None)
-    crashed = asyncio.Event()
-
-    async def crash_after_patch(_d: Decision) -> None:
-        crashed.set()
-        raise SimulatedCrash
-
-    d = decision("pool", kind="InferencePool", api_version="example.com/v1", from_=1, to=2)
-    async with watch_actions(nats_client) as actions:
-        policies = pool_policies(tmp_path)
-        first = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="first", policies=policies)
-        async with running_actuator(first, Hooks(after_patch=crash_after_patch)) as dying:
-            await publish(nats_client, d)
-            await asyncio.wait_for(crashed.wait(), 15)
-            with contextlib.suppress(SimulatedCrash):
-                await dying.task
-        second = settings_for(nats_server.url, kube_sim.kubeconfig_path, identity="second", policies=policies)
-        async with running_actuator(second):
-            action = await actions.wait_for(d.id, timeout_s=20)
-    assert action.outcome == "skipped_stale"  # found at 2, not at its from_replicas 1
-    assert scale_patches.hits == 1
-    assert kube_sim.get("example.com/v1", "InferencePool", "pool")["spec"]["replicas"] == 2
-
-
-async def test_with_scale_only_rbac_it_scales_through_scale_and_still_applies_once(
+async def test_with_scale_only_rbac_it_scales_through_scale(
     nats_server: EmbeddedNats, nats_client: NATS, tmp_path: Path
 ) -> None:
     async with rbac_kube_sim(tmp_path, ACTUATOR_RULES_SCALE_ONLY) as (sim, actuator_kubeconfig):
@@ -401,14 +378,8 @@ async def test_with_scale_only_rbac_it_scales_through_scale_and_still_applies_on
         scale_patches = sim.faults.add("PATCH", r"/deployments/bert/scale$", delay_s=0.0, count=None)
         settings = settings_for(nats_server.url, str(actuator_kubeconfig))
         d = decision(from_=2, to=3)
-        subject = subjects.decisions(subjects.WorkloadKey("default", "Deployment", "bert"))
-        async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
+        async with watch_actions(nats_client) as actions, running_actuator(settings):
             await publish(nats_client, d)
             assert (await actions.wait_for(d.id)).outcome in SUCCESS
-            await publish_raw(nats_client, subject, codec.encode(d))  # a redelivery
-            await eventually(lambda: len(actions.for_decision(d.id)) == 2, what="the second report")
-            assert actions.for_decision(d.id)[1].outcome == "applied"
-            # Counted after the report is published.
-            await eventually(lambda: actuator.metric("gpuscale_actuator_redelivered_applied_total") == 1)
         assert scale_patches.hits == 1
         assert sim.get("apps/v1", "Deployment", "bert")["spec"]["replicas"] == 3

@@ -19,10 +19,10 @@ def parse(argv: list[str], environ: dict[str, str] | None = None) -> ActuatorSet
 
 def test_defaults() -> None:
     s = parse([])
-    assert (s.lease_name, s.lease_namespace, s.max_decision_age, s.dry_run) == (
+    assert (s.lease_name, s.lease_namespace, s.resync_interval, s.dry_run) == (
         "gpuscale-actuator",
         "default",
-        60.0,
+        30.0,
         False,
     )
     assert s.http_port == 9403
@@ -37,8 +37,8 @@ def test_defaults() -> None:
         ([], {"POD_NAMESPACE": "gpuscale"}, "lease_namespace", "gpuscale"),
         ([], {"GPUSCALE_LEASE_NAMESPACE": "a", "POD_NAMESPACE": "b"}, "lease_namespace", "a"),
         (["--identity", "pod-0"], {}, "holder_identity", "pod-0"),
-        (["--max-decision-age", "90s"], {}, "max_decision_age", 90.0),
-        ([], {"GPUSCALE_MAX_DECISION_AGE": "2m"}, "max_decision_age", 120.0),
+        (["--resync-interval", "90s"], {}, "resync_interval", 90.0),
+        ([], {"GPUSCALE_RESYNC_INTERVAL": "2m"}, "resync_interval", 120.0),
         (["--dry-run"], {}, "dry_run", True),
         ([], {"GPUSCALE_DRY_RUN": "true"}, "dry_run", True),
     ],
@@ -52,7 +52,7 @@ def test_flags_and_environment(
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
-        (["--max-decision-age", "-1"], "--max-decision-age"),
+        (["--resync-interval", "-1"], "--resync-interval"),
         (["--lease-name", " "], "--lease-name"),
         (["--lease-duration", "5", "--renew-deadline", "6"], "--lease-duration"),
     ],

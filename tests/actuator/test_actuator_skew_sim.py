@@ -1,8 +1,8 @@
-"""Rolling upgrades: the actuator applies decisions from deciders one version
-newer and one older (real nats-server and JetStream, kube-sim).
+"""Rolling upgrades: the actuator converges to desired counts written by deciders
+one version newer and one older (real nats-server and JetStream KV, kube-sim).
 
-A newer decider adds fields at every level of a decision; an older one leaves
-out the optional ``api_version`` (apps/v1 then). Either is applied once, its
+A newer decider adds fields at every level of a desired entry (a decision); an older
+one leaves out the optional ``api_version`` (apps/v1 then). Either is applied, its
 outcome published, and each unknown name counted once; nothing is rejected.
 """
 
@@ -14,13 +14,12 @@ import pytest
 
 from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats
-from gpuscale.natsio import NATS, headers_msg_id, jetstream
+from gpuscale.natsio import NATS
 from gpuscale.wire import Decision
-from gpuscale_actuator.app import ensure_decisions_stream
 from gpuscale_kubesim import KubeSim
 
 from ..skew import counted, golden, newer, newer_names, older, pack, restamp
-from .actuator_harness import running_actuator, settings_for, watch_actions
+from .actuator_harness import publish_raw, running_actuator, settings_for, watch_actions
 from .kube_fixtures import seed
 from .test_actuator_service_sim import replicas_of
 
@@ -37,13 +36,8 @@ async def test_a_decision_from_another_decider_version_is_applied(
     payload = restamp(payload, time.time())
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
-        js = jetstream(nats_client)
-        await ensure_decisions_stream(js)
-        await js.publish(
-            subjects.decisions(subjects.WorkloadKey("default", "Deployment", "bert")),
-            pack(payload),
-            headers=headers_msg_id(payload["id"]),
-        )
+        key = subjects.desired_key(subjects.WorkloadKey("default", "Deployment", "bert"))
+        await publish_raw(nats_client, key, pack(payload))
         action = await actions.wait_for(payload["id"])
         assert action.outcome in (
             "applied",

@@ -54,7 +54,7 @@ async def test_setup_makes_every_stream_and_bucket_once(
     decisions = (await js.stream_info(subjects.DECISIONS_STREAM)).config
     assert decisions.max_bytes == subjects.DECISIONS_MAX_BYTES
     assert (await js.key_value(subjects.DECIDER_STATE_BUCKET)) is not None
-    assert (await js.key_value(subjects.ACTUATOR_APPLIED_BUCKET)) is not None
+    assert (await js.key_value(subjects.DESIRED_BUCKET)) is not None
 
     assert await setup.run(settings_for(nats_server.url)) == 0
     assert outcomes(capsys.readouterr().out) == ["unchanged"] * 5
@@ -95,7 +95,7 @@ def test_the_declarations_follow_the_options() -> None:
         subjects.DECISIONS_STREAM,
         subjects.ADVICE_STREAM,
         subjects.DECIDER_STATE_BUCKET,
-        subjects.ACTUATOR_APPLIED_BUCKET,
+        subjects.DESIRED_BUCKET,
         subjects.AGGREGATOR_PARTS_STREAM,
     ]
     with pytest.raises(settings_mod.SettingsError, match="at most 5"):

@@ -161,10 +161,10 @@ class RunningDecider:
         self.ctx.stop.set()
         return await asyncio.wait_for(self.task, timeout_s)
 
-    def pending(self, name: str, namespace: str = "default") -> Any:
-        """The decision waiting for the actuator on Deployment ``name``, if any."""
+    def desired(self, name: str, namespace: str = "default") -> Any:
+        """The desired count this decider last wrote for Deployment ``name``, if any."""
         w = self.decider.workloads[subjects.WorkloadKey(namespace, "Deployment", name)]
-        return None if w.memory is None else w.memory.state.pending
+        return None if w.memory is None else w.memory.state.desired
 
     def metric(self, name: str, **labels: str) -> float:
         return sample_value(self.ctx.metrics.registry, name, **labels)

@@ -90,7 +90,7 @@ def run_stream(
     scaler: GPUScaler, initial: int, stream: list[Tick]
 ) -> list[tuple[float, int, int, bool, ScalerState]]:
     """Feed the stream; each decision is applied at once, as the actuator would
-    (the next step sees the new count and settles the pending decision).
+    (the next step sees the new count on /scale and settles the desired count).
     Returns (now, from, to, fresh, state before) per tick."""
     now = START
     current = initial

@@ -17,7 +17,7 @@ import pytest
 
 from gpuscale.policy import GPUScaler
 from gpuscale_decider.core.conditions import ConditionType
-from gpuscale_decider.core.reconcile import Evaluation, Memory, Step, Target, reconcile
+from gpuscale_decider.core.reconcile import Config, Evaluation, Memory, Note, Step, Target, reconcile
 from gpuscale_decider.core.state import ScalerState, TimedValue
 
 from .scenario import NOW, SELECTOR, P, pending, policy, recs, running, seen, step, world
@@ -669,62 +669,76 @@ def test_cascade_held_until_new_pods_report() -> None:
     assert s.decision.to_replicas == 3
 
 
-def test_a_decision_waits_for_its_action_and_only_an_applied_one_counts() -> None:
-    """The step marks its decision pending; nothing new is decided for the
-    workload until the actuator reports or the scale shows the change. A change
-    that was never made does not feed the rate limits or the cooldown."""
-    from gpuscale.wire import Action
-    from gpuscale_decider.core.reconcile import action_seen
-
+def test_a_written_count_is_counted_from_until_the_scale_shows_it_and_nothing_waits() -> None:
+    """The step writes the desired count and goes on: until /scale shows it, the next
+    steps count from it (as HPA from the spec.replicas it wrote), so a lagging /scale
+    neither repeats the change nor undoes it through the rate limits."""
     scaler = policy(
-        behavior={"scaleUp": {"cooldownSeconds": 60}, "scaleDown": {"stabilizationWindowSeconds": 0}}
+        behavior={
+            "scaleUp": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
+            },
+            "scaleDown": {"stabilizationWindowSeconds": 0},
+        }
     )
+    first = step(scaler, 2, running(2, 300))
+    assert first.decision is not None
+    assert (first.decision.from_replicas, first.decision.to_replicas) == (2, 4)
+    written = first.memory.state.desired
+    assert written is not None
+    assert (written.decision_id, written.to_replicas, written.settled) == (first.decision.id, 4, False)
+    assert first.memory.state.scale_up_events == (TimedValue(NOW, 2),)  # the write is the scale event
+    # /scale still shows 2: counted from 4, the period's 2 pods are spent, nothing new is written.
+    lagging = step(scaler, 2, running(2, 300), state=first.memory.state, now=NOW + 1)
+    assert lagging.decision is None
+    assert lagging.evaluation is not None
+    assert lagging.evaluation.desired == 4, lagging.evaluation.reason
+    # /scale shows it: settled, and the next period's change is written at once.
+    shown = step(scaler, 4, running(4, 300), state=lagging.memory.state, now=NOW + 2)
+    assert [n for n, _ in shown.notes] == [Note.DESIRED_REACHED]
+    assert shown.decision is None
+    later = step(scaler, 4, running(4, 300), state=shown.memory.state, now=NOW + 61)
+    assert later.decision is not None
+    assert (later.decision.from_replicas, later.decision.to_replicas) == (4, 6)
+
+
+def test_a_count_the_scale_never_shows_gives_way_to_the_scale() -> None:
+    """Another writer moved the target, or the actuator never got there in the grace:
+    /scale is the truth, and a desired count no longer wanted is written over."""
+    scaler = policy()
     first = step(scaler, 2, running(2, 140))
     assert first.decision is not None
-    pending = first.memory.state.pending
-    assert pending is not None
-    assert pending.decision_id == first.decision.id
-    again = step(scaler, 2, running(2, 140), state=first.memory.state, now=NOW + 2)
-    assert again.decision is None
-    assert again.evaluation is not None
-    assert "waiting for the actuator to apply 2 → 4" in again.evaluation.reason
-    assert again.evaluation.conditions.able_to_scale.reason.value == "WaitingForActuator"
+    assert first.decision.to_replicas == 4
+    moved = step(scaler, 7, running(7, 70), state=first.memory.state, now=NOW + 2)
+    assert [n for n, _ in moved.notes] == [Note.TARGET_CHANGED_ELSEWHERE]
+    assert moved.decision is not None  # 7 is what the load wants now: 4 is written over
+    assert (moved.decision.from_replicas, moved.decision.to_replicas) == (7, 7)
+    still = step(scaler, 7, running(7, 70), state=moved.memory.state, now=NOW + 4)
+    assert (still.decision, still.notes) == (None, ())
 
-    failed = Action(first.decision.id, NOW + 3, "failed", 2, 2, "boom")
-    state = action_seen(again.memory.state, failed, NOW + 3, 15)
-    assert state.pending is None
-    assert state.last_scale_up is None  # not made: no cooldown
-    backing_off = step(scaler, 2, running(2, 140), state=state, now=NOW + 4)
-    assert backing_off.decision is None  # a failed decision is retried after 5 s, then 10, 20 ...
-    assert backing_off.evaluation is not None
-    assert "could not be applied (boom): next try in 4 s" in backing_off.evaluation.reason
-    assert backing_off.evaluation.conditions.able_to_scale.reason.value == "FailedRescale"
-    retry = step(scaler, 2, running(2, 140), state=backing_off.memory.state, now=NOW + 8)
-    assert retry.decision is not None
-
-    applied = Action(retry.decision.id, NOW + 9, "applied", 2, 4, None)
-    state = action_seen(retry.memory.state, applied, NOW + 9, 15)
-    assert (state.pending, state.last_scale_up, state.failures) == (None, NOW + 9, 0)
-    assert state.scale_up_events == (TimedValue(NOW + 9, 2),)
-    held = step(scaler, 4, running(4, 140), state=state, now=NOW + 14)
-    assert held.evaluation is not None
-    assert "cooling down" in held.evaluation.reason
+    quiet = step(scaler, 2, running(2, 70), state=first.memory.state, now=NOW + 31, config=Config(30.0))
+    assert [n for n, _ in quiet.notes] == [Note.DESIRED_NOT_REACHED_IN_TIME]
+    assert quiet.decision is not None  # 2 is wanted now: 4 is written over
+    assert (quiet.decision.from_replicas, quiet.decision.to_replicas) == (2, 2)
 
 
-def test_a_lost_action_report_is_settled_by_the_scale_or_a_timeout() -> None:
-    from gpuscale_decider.core.reconcile import Config, Note
+def test_the_actuator_s_refusal_is_said_on_the_status_and_holds_nothing() -> None:
+    from gpuscale.wire import Action
+    from gpuscale_decider.core.reconcile import action_seen
 
     scaler = policy()
     first = step(scaler, 2, running(2, 140))
     assert first.decision is not None
-    shown = step(scaler, 4, running(4, 70), state=first.memory.state, now=NOW + 2)
-    assert [n for n, _ in shown.notes] == [Note.DECISION_APPLIED]
-    assert shown.memory.state.pending is None
-    assert shown.memory.state.last_scale_up == NOW + 2
-
-    late = step(scaler, 2, running(2, 140), state=first.memory.state, now=NOW + 31, config=Config(30.0))
-    assert [n for n, _ in late.notes] == [Note.DECISION_NOT_APPLIED_IN_TIME]
-    assert late.decision is not None  # decided afresh
+    refused = Action(first.decision.id, NOW + 1, "refused", None, None, "GPUScaler ns/bert is paused")
+    state = action_seen(first.memory.state, refused)
+    assert state.last_failure == "GPUScaler ns/bert is paused"
+    assert action_seen(state, Action("another", NOW + 1, "applied", 2, 4, None)) == state
+    told = step(scaler, 2, running(2, 140), state=state, now=NOW + 40, config=Config(30.0))
+    assert told.decision is None  # 4 is still wanted and written: the actuator tries again
+    assert told.evaluation is not None
+    assert told.evaluation.conditions.able_to_scale.reason.value == "FailedRescale"
+    assert "GPUScaler ns/bert is paused" in told.evaluation.reason
 
 
 def test_decision_ids_are_derived_from_the_workload_counts_and_instant() -> None:
@@ -771,14 +785,14 @@ def test_status_is_written_when_it_changes_and_refreshed_at_most_every_15_s() ->
 
 
 def test_state_round_trips_and_tolerates_damage() -> None:
-    from gpuscale_decider.core.state import Capacity, Pending
+    from gpuscale_decider.core.state import Capacity, Desired
 
     state = seen(
         recommendations=recs((5, 3)),
         scale_up_events=(TimedValue(NOW, 2),),
         last_scale_up=NOW,
         last_fresh_metrics=NOW,
-        pending=Pending("d-1", 2, 3, NOW),
+        desired=Desired("d-1", 2, 3, NOW, settled=True),
         queue_capacity=Capacity(NOW - 40, 6.5),
     )
     assert ScalerState.from_dict(state.to_dict()) == state
@@ -786,13 +800,13 @@ def test_state_round_trips_and_tolerates_damage() -> None:
         {
             "recommendations": [[1.0], "x", [2.0, 3]],
             "last_scale_up": "yesterday",
-            "pending": ["d", "2", 3, 1.0],
+            "desired": ["d", "2", 3, 1.0, False],
             "queue_capacity": [NOW, 0],
         }
     )
     assert damaged.recommendations == (TimedValue(2.0, 3),)
     assert damaged.last_scale_up is None
-    assert damaged.pending is None
+    assert damaged.desired is None
     assert damaged.queue_capacity is None  # a pod that serves nothing is no capacity to divide by
     for raw in ([NOW, -1.0], [NOW, float("inf")], [NOW, True], [NOW], "6/s", [float("nan"), 6.0]):
         assert ScalerState.from_dict({"queue_capacity": raw}).queue_capacity is None, raw
@@ -831,7 +845,7 @@ def test_shadow_mode_advises_once_per_change_and_never_decides() -> None:
     able = {c["type"]: c for c in first.status["conditions"]}["AbleToScale"]
     assert (able["status"], able["reason"]) == ("False", "ShadowMode")
     assert first.status["desiredReplicas"] == 4  # what it would do
-    assert first.memory.state.pending is None
+    assert first.memory.state.desired is None  # advice writes no desired count
     again = step(scaler, 2, running(2, 140), state=first.memory.state, now=NOW + 2, conflict=hpa)
     assert (again.advice, again.decision) == (None, None)
     # The live controller scaled to 3 and the load stays: new advice, 3 -> 6.
@@ -954,7 +968,7 @@ def test_scale_up_events_stored_an_hour_ahead_limit_the_rate_for_one_period() ->
 
 
 def test_clock_bounded_brings_every_stored_time_to_now_and_leaves_a_sane_state_alone() -> None:
-    from gpuscale_decider.core.state import Capacity, Pending, clock_bounded
+    from gpuscale_decider.core.state import Capacity, Desired, clock_bounded
 
     ahead = ScalerState(
         recommendations=(TimedValue(NOW - 10, 2), TimedValue(NOW + HOUR, 5)),
@@ -964,36 +978,30 @@ def test_clock_bounded_brings_every_stored_time_to_now_and_leaves_a_sane_state_a
         last_scale_down=NOW + HOUR,
         last_fresh_metrics=NOW + HOUR,
         first_seen=NOW + HOUR,
-        pending=Pending("d", 2, 3, NOW + HOUR),
-        failures=2,
-        retry_at=NOW + HOUR,
+        desired=Desired("d", 2, 3, NOW + HOUR),
         queue_capacity=Capacity(NOW + HOUR, 6.0),
     )
-    bounded = clock_bounded(ahead, NOW, 300.0)
+    bounded = clock_bounded(ahead, NOW)
     assert bounded.recommendations == (TimedValue(NOW - 10, 2), TimedValue(NOW, 5))
     assert bounded.scale_up_events == (TimedValue(NOW, 1),)
     assert bounded.scale_down_events == (TimedValue(NOW, 2),)
     assert (bounded.last_scale_up, bounded.last_scale_down) == (NOW, NOW)
     assert (bounded.last_fresh_metrics, bounded.first_seen) == (NOW, NOW)
-    assert bounded.pending == Pending("d", 2, 3, NOW)
-    assert bounded.retry_at == NOW + 300.0
-    assert bounded.failures == 2
+    assert bounded.desired == Desired("d", 2, 3, NOW)
     assert bounded.queue_capacity == Capacity(NOW, 6.0)
     # Only the capacity ahead: bounded too (measured "in the future" it would be kept an hour longer).
-    assert clock_bounded(
-        ScalerState(queue_capacity=Capacity(NOW + HOUR, 6.0)), NOW, 300.0
-    ).queue_capacity == (Capacity(NOW, 6.0))
-
-    sane = ScalerState(
-        recommendations=(TimedValue(NOW - 10, 2),), last_scale_up=NOW - 5, retry_at=NOW + 20, first_seen=NOW
+    assert clock_bounded(ScalerState(queue_capacity=Capacity(NOW + HOUR, 6.0)), NOW).queue_capacity == (
+        Capacity(NOW, 6.0)
     )
-    assert clock_bounded(sane, NOW, 300.0) is sane
+
+    sane = ScalerState(recommendations=(TimedValue(NOW - 10, 2),), last_scale_up=NOW - 5, first_seen=NOW)
+    assert clock_bounded(sane, NOW) is sane
 
     # A stored history out of order (damaged, or hand-written) is read in time order, so the
     # check of its newest entry, the last, finds the one ahead.
     unordered = ScalerState.from_dict({"recommendations": [[NOW + HOUR, 5], [NOW - 10, 2]]})
     assert unordered.recommendations == (TimedValue(NOW - 10, 2), TimedValue(NOW + HOUR, 5))
-    assert clock_bounded(unordered, NOW, 300.0).recommendations == (
+    assert clock_bounded(unordered, NOW).recommendations == (
         TimedValue(NOW - 10, 2),
         TimedValue(NOW, 5),
     )

@@ -14,7 +14,7 @@ from gpuscale import codec, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.kube import new_api_client, request_json
 from gpuscale.natsio import NATS, jetstream
-from gpuscale.wire import MetricValues, PodMetrics, WorkloadMetrics
+from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_kubesim import KubeSim
 
 from ..waiting import eventually, holds_for
@@ -49,7 +49,7 @@ async def scale_to(sim: KubeSim, name: str, replicas: int) -> None:
         await api.close()
 
 
-async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
+async def test_metrics_in_desired_count_out_with_its_record_and_reason(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, tmp_path: Path
 ) -> None:
     await kube_sim.create(deployment("bert", 2))
@@ -79,13 +79,17 @@ async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
         await eventually(lambda: headers, what="raw decision")
         assert headers[0].get("Nats-Msg-Id") == decision.id
 
-        # Durable: the decision is in the JetStream stream.
+        # The desired count is state in its bucket, and the record of the change is in its stream.
         async def stored() -> int:
             return (await jetstream(nats_client).stream_info(subjects.DECISIONS_STREAM)).state.messages
 
         assert await eventually(stored, what="the decision stored in its stream") == 1
+        bucket = await jetstream(nats_client).key_value(subjects.DESIRED_BUCKET)
+        entry = await bucket.get(subjects.desired_key(subjects.WorkloadKey("default", "Deployment", "bert")))
+        assert entry.value is not None
+        assert codec.decode(entry.value, Decision, time.time()) == decision
 
-        # The actuator has not acted yet: the same load does not re-publish.
+        # /scale still shows 2 (no actuator here): the same load writes nothing again.
         for _ in range(5):
             await publish_metrics(
                 nats_client, metrics_message("bert", 83.0, 2, pods=await running_pods(kube_sim, "bert", 2))
@@ -93,11 +97,10 @@ async def test_metrics_in_decision_out_with_reason_then_waits_for_the_actuator(
         await eventually(lambda: running.metric("gpuscale_messages_in_total", kind="metrics") >= 6)
         # All six messages were handled; a decision would be on its way now. 0.5 s
         # is many times a publish's round trip on loopback.
-        await holds_for(lambda: len(watch.decisions) == 1, 0.5, what="one decision while pending")
+        await holds_for(lambda: len(watch.decisions) == 1, 0.5, what="one desired count while /scale lags")
 
-        # The actuator applies it; the decider decides afresh on the new count.
+        # The actuator applies it; the decider goes on from the new count.
         await scale_to(kube_sim, "bert", 3)
-        await eventually(lambda: running.pending("bert") is None, what="pending decision cleared")
         await publish_metrics(
             nats_client, metrics_message("bert", 100.0, 3, pods=await running_pods(kube_sim, "bert", 3))
         )
@@ -349,24 +352,19 @@ async def test_gpuscaler_objects_get_status_invalid_ones_a_condition_and_conflic
         )
         status = scaler("bert")["status"]
         assert status["reference"] == "Deployment/bert"
-        # The decision's own status says 3; the next evaluation (a tick 0.5 s on) says the
-        # decision is with the actuator and holds 2 until it is applied. The writer sends the
-        # latest status per object, so on a busy machine the first may never be written.
+        # 3 is desired, and stays desired while /scale (no actuator here) shows 2.
         able = conditions_of({"status": status})["AbleToScale"]  # the same read as status
-        assert (status["desiredReplicas"], able["reason"]) in {
-            (3, "ReadyForNewScale"),
-            (2, "WaitingForActuator"),
-        }
+        assert (status["desiredReplicas"], able["reason"]) == (3, "ReadyForNewScale")
         assert status["currentReplicas"] == 2
-        # As HPA's: the last time the count was changed, so not before the change is made.
-        assert "lastScaleTime" not in status
+        # As HPA's: the time gpuscale set the new count (HPA's is its write of spec.replicas).
+        assert status.get("lastScaleTime")
         assert conditions_of(scaler("bert"))["ScalingActive"]["reason"] == "ValidMetricFound"
         await scale_to(kube_sim, "bert", 3)  # the actuator's part
         await publish_metrics(
             nats_client, metrics_message("bert", 70.0, 3, pods=await running_pods(kube_sim, "bert", 3))
         )
         await eventually(
-            lambda: (scaler("bert").get("status") or {}).get("lastScaleTime"), what="lastScaleTime"
+            lambda: (scaler("bert").get("status") or {}).get("currentReplicas") == 3, what="the new count"
         )
 
         # Another controller on llama: a condition, and no decision.

@@ -10,8 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from gpuscale.metrics import ServiceMetrics
-from gpuscale_actuator.app import ActuatorMetrics
-from gpuscale_actuator.core import delivery
+from gpuscale_actuator.app import REJECT_REASONS, ActuatorMetrics
 from gpuscale_aggregator.app import AggregatorMetrics
 from gpuscale_aggregator.core.ingest import NODE_MISMATCH
 from gpuscale_collector.prom import CollectorMetrics
@@ -37,7 +36,7 @@ BUILDERS: dict[str, Callable[[ServiceMetrics], object]] = {
 READS: dict[str, dict[str, tuple[str, ...]]] = {
     "aggregator": {"samples": (NODE_MISMATCH,), "windows": ()},
     "decider": {"metrics": (), "actions": ()},
-    "actuator": {"decisions": delivery.REASONS},
+    "actuator": {"desired": REJECT_REASONS},
     "kedascaler": {"metrics": ()},
 }
 

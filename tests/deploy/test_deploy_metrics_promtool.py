@@ -25,7 +25,7 @@ from gpuscale.metrics import SUBJECT_REASONS, ServiceMetrics
 from gpuscale.runtime import ServiceContext
 from gpuscale.settings import build
 from gpuscale.wire import ERROR_CODES, Outcome
-from gpuscale_actuator.core import delivery
+from gpuscale_actuator.app import REJECT_REASONS
 from gpuscale_collector.app import Collector
 from gpuscale_collector.settings import CollectorSettings
 from gpuscale_kubesim import KubeSim
@@ -181,8 +181,8 @@ async def test_leader_and_standby_actuators_serve_their_failures_at_0_before_any
                 assert actuator.ctx is not None
                 page = await _scrape(actuator.ctx.http.port)
                 assert page[FAILED] == 0
-                for reason in (*ERROR_CODES, *delivery.REASONS):
-                    key = ("gpuscale_messages_rejected_total", (("kind", "decisions"), ("reason", reason)))
+                for reason in (*ERROR_CODES, *REJECT_REASONS):
+                    key = ("gpuscale_messages_rejected_total", (("kind", "desired"), ("reason", reason)))
                     assert page[key] == 0, reason
             # The standby, the next leader, has its series at 0 already: its first failure is seen.
             assert b.metric("gpuscale_actuator_leader") == 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 
 from gpuscale import settings as settings_mod
@@ -25,7 +25,6 @@ from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats, free_port
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, headers_msg_id, jetstream
-from gpuscale_actuator import app as actuator_app
 from gpuscale_cli import setup
 
 from ..waiting import eventually
@@ -155,11 +154,18 @@ async def test_one_node_down_decisions_still_flow_and_none_is_lost(cluster: list
         state = await js.key_value(subjects.decider_state(settings.state_bucket).bucket)
         await state.put("default.Deployment.bert", b"history")
 
+        # A durable reader of the decisions (a user's subscriber of the record).
         actuator = await js.pull_subscribe(
             subjects.DECISIONS_ALL,
-            durable=actuator_app.DURABLE,
+            durable="ha-reader",
             stream=subjects.DECISIONS_STREAM,
-            config=actuator_app.consumer_config(actuator_app.ActuatorSettings(nats_url=("nats://unused",))),
+            config=ConsumerConfig(
+                durable_name="ha-reader",
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_wait=60.0,
+                filter_subject=subjects.DECISIONS_ALL,
+            ),
         )
         received: list[str] = []
 

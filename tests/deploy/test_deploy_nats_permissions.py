@@ -39,7 +39,6 @@ from gpuscale.natsio import (
     inbox_prefix,
     stream_config,
 )
-from gpuscale_actuator import app as actuator_app
 from gpuscale_cli import setup as setup_app
 
 from ..waiting import eventually, holds_for
@@ -315,23 +314,17 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
     kept = await observer_js.get_msg(subjects.ADVICE_STREAM, subject=subjects.ADVICE_ALL, next=True, seq=1)
     assert kept.data == b"advice-1"
 
-    # actuator: uses the stream, consumes durably, acks, records, reports
+    # ... and each workload's desired count, which the actuator watches and converges to
+    desired = await declare_kv(decider_js, subjects.DESIRED)
+    await desired.put(subjects.desired_key(KEY), b"desired-1")
+
+    # actuator: watches the desired counts (reads only), reports
     actuator_js = actuator.nc.jetstream(timeout=5)
-    await declare_stream(actuator_js, subjects.DECISIONS)
-    pull = await actuator_js.pull_subscribe(
-        subjects.DECISIONS_ALL,
-        durable=actuator_app.DURABLE,
-        stream=subjects.DECISIONS_STREAM,
-        config=actuator_app.consumer_config(
-            actuator_app.ActuatorSettings(nats_url=("nats://unused",), ack_wait=30.0)
-        ),
-    )
-    (msg,) = await pull.fetch(1, timeout=5)
-    assert msg.data == b"decision-1"
-    await msg.ack_sync(timeout=5)
-    applied = await declare_kv(actuator_js, subjects.ACTUATOR_APPLIED)
-    await applied.put("decision-1", b"1")
-    assert (await applied.get("decision-1")).value == b"1"
+    watched = await (await declare_kv(actuator_js, subjects.DESIRED)).watchall()
+    entry = await watched.updates(timeout=5)
+    assert entry is not None
+    assert entry.value == b"desired-1"
+    await watched.stop()
     await actuator.nc.publish(FAMILY_SUBJECTS["actions"], b"applied")
 
     # aggregator: the samples replay stream, filled by plain collector publishes
@@ -391,9 +384,9 @@ async def test_no_role_may_read_another_roles_replies(login: Login, role: str) -
     assert len(await session.permission_errors(len(others) + 1)) == len(others) + 1
 
 
-async def test_the_collector_cannot_read_the_decisions_the_actuator_fetches(login: Login) -> None:
-    """Finding: every login could subscribe to _INBOX.>, where the actuator's pull consumer
-    delivers, and so read every tenant's decisions as they were fetched."""
+async def test_the_collector_cannot_read_the_desired_counts_the_actuator_watches(login: Login) -> None:
+    """Finding: every login could subscribe to _INBOX.>, where the actuator's consumer
+    delivers, and so read every tenant's decisions as they were delivered."""
     await setup_as_deployed(login)
     collector: Session = await login("collector")
     overheard: list[bytes] = []
@@ -407,22 +400,27 @@ async def test_the_collector_cannot_read_the_decisions_the_actuator_fetches(logi
     assert len(await collector.permission_errors(2)) == 2
 
     decider: Session = await login("decider")
-    await decider.nc.jetstream(timeout=5).publish(
-        FAMILY_SUBJECTS["decisions"], b"tenant-a-decision", headers=headers_msg_id("tenant-a-1")
+    await (await declare_kv(decider.nc.jetstream(timeout=5), subjects.DESIRED)).put(
+        subjects.desired_key(KEY), b"tenant-a-desired"
     )
     actuator: Session = await login("actuator")
-    pull = await actuator.nc.jetstream(timeout=5).pull_subscribe(
-        subjects.DECISIONS_ALL,
-        durable=actuator_app.DURABLE,
-        stream=subjects.DECISIONS_STREAM,
-        config=actuator_app.consumer_config(
-            actuator_app.ActuatorSettings(nats_url=("nats://unused",), ack_wait=30.0)
-        ),
-    )
-    fetched = [m.data for m in await pull.fetch(10, timeout=5)]
-    assert b"tenant-a-decision" in fetched
+    watched = await (await declare_kv(actuator.nc.jetstream(timeout=5), subjects.DESIRED)).watchall()
+    entry = await watched.updates(timeout=5)
+    assert entry is not None
+    assert entry.value == b"tenant-a-desired"
+    await watched.stop()
     await collector.nc.flush()  # anything routed to the collector is in before its PONG
     assert overheard == []
+
+
+async def test_only_the_decider_writes_a_desired_count(login: Login) -> None:
+    """The actuator converges every target to what the bucket says: no other role may write it."""
+    await setup_as_deployed(login)
+    for role in ("collector", "aggregator", "actuator", "observer", "setup"):
+        session: Session = await login(role)
+        await session.nc.publish(f"$KV.{subjects.DESIRED_BUCKET}.{subjects.desired_key(KEY)}", b"10")
+        await session.nc.flush()
+        assert len(await session.permission_errors(1)) == 1, role
 
 
 async def test_no_role_may_publish_into_the_actuators_inbox(login: Login) -> None:

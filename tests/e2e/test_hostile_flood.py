@@ -3,7 +3,8 @@ to scale: aggregator, decider and actuator run as in
 production against kube-sim and nats-server, the decider and the actuator
 reading GPUScalers from the cluster. The flood is seeded (tests/hostile.py):
 long names, wildcard and path characters, extreme numbers, timestamps far
-off, huge counts, forged ids and decisions outside any policy.
+off, huge counts, forged ids and decisions outside any policy, each also
+written as a desired count into the bucket the actuator converges to.
 
 The healthy workload still scales on its own samples, the victim the flood
 aims its decisions at is never touched, every consumer counts what it
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale_kubesim import KubeSim
@@ -40,6 +42,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HEALTHY_NODE = "gpu-node-1"
 SEED = 20261123
+DECISIONS = f"{subjects.PREFIX}.decisions."
+DESIRED = f"$KV.{subjects.DESIRED_BUCKET}."
 
 
 def replicas(sim: KubeSim, name: str) -> int:
@@ -97,6 +101,8 @@ async def flooding(url: str, count: int) -> AsyncIterator[list[int]]:
                 with contextlib.suppress(Exception):  # refused by the client (max_payload) or the server
                     await nc.publish(subject, payload)
                     sent[0] += 1
+                    if subject.startswith(DECISIONS):  # ... and as the desired count the actuator reads
+                        await nc.publish(DESIRED + subject[len(DECISIONS) :].replace("~", "="), payload)
                 if sent[0] % 100 == 0:
                     with contextlib.suppress(Exception):
                         await nc.flush(timeout=2)
@@ -156,7 +162,7 @@ async def test_a_flood_on_every_subject_neither_blinds_nor_steers(
             await eventually(lambda: refused("aggregator", "samples") > 100, what="samples refused")
             assert refused("decider", "metrics") > 100
             assert refused("decider", "actions") > 100
-            refused_decisions = refused("actuator", "decisions") + sample_value(
+            refused_decisions = refused("actuator", "desired") + sample_value(
                 actuator.ctx.metrics.registry, "gpuscale_actuator_outcomes_total", outcome="refused"
             )
             assert refused_decisions > 100

@@ -247,6 +247,7 @@ def test_every_subject_the_code_builds_is_a_documented_channel() -> None:
         subjects.actions(key): "Action",
         subjects.advice(key): "Decision",
         subjects.windows(key): "WindowRequest",
+        f"$KV.{subjects.DESIRED_BUCKET}.{subjects.desired_key(key)}": "Decision",
     }
     channels = _document()["channels"]
     messages = _document()["components"]["messages"]
@@ -257,5 +258,8 @@ def test_every_subject_the_code_builds_is_a_documented_channel() -> None:
         return str(message["payload"]["$ref"]).rsplit("/", 1)[-1]
 
     documented = {name: payload(channel) for name, channel in channels.items()}
-    unescaped = {name.replace("~7B", "{").replace("~7D", "}"): kind for name, kind in built.items()}
+    unescaped = {
+        name.replace("~7B", "{").replace("~7D", "}").replace("=7B", "{").replace("=7D", "}"): kind
+        for name, kind in built.items()
+    }
     assert unescaped == documented

@@ -1,60 +1,33 @@
-"""The actuator's I/O shell: decisions in (JetStream), PATCH …/scale out.
+"""The actuator's I/O shell: each workload's desired count in (JetStream KV), PATCH …/scale out.
 
-Exactly once per decision id
-----------------------------
-JetStream delivers at least once: a decision whose ack was lost (a crash
-between the PATCH and the ack, a dropped connection) comes back. What makes
-the second delivery harmless:
+Level-triggered (docs/ARCHITECTURE.md#fault-model): the decider writes one entry
+per workload in :data:`gpuscale.subjects.DESIRED`; the actuator watches the bucket
+and brings each target's ``/scale`` to its entry's count. What it does depends
+only on the entry and the target now, so a second try, a restart or a new leader
+converges again without harm, and two changes in a row end at the latest.
 
-1. For kinds whose replicas are ``spec.replicas`` (Deployment, StatefulSet,
-   ReplicaSet) the actuator writes replicas AND the annotation
-   ``gpuscale.io/last-decision-id`` in ONE merge PATCH of the object,
-   conditional on the resourceVersion it read. Kubernetes applies the two
-   together or not at all, so "scaled" and "recorded" cannot diverge: a
-   redelivered decision finds its own id on the target and is acked without
-   a second write. This is the truly exactly-once path. Decisions for one
-   target are handled one at a time, in the order they arrive, so no later
-   decision for that target can overwrite the annotation while an earlier
-   one is being applied. It needs ``get`` and ``patch`` on the
-   objects themselves; where RBAC grants only ``*/scale`` (least privilege)
-   the 403 is noticed once and the actuator works as in 2.
-2. For other resources with ``/scale`` (custom resources, whose replicas may
-   live anywhere), only the scale subresource can be patched and the record
-   is the JetStream KV bucket :data:`APPLIED_BUCKET`, written after the PATCH
-   and before the ack. A crash in between leaves no record, but the
-   redelivered decision then finds the target at ``to_replicas``, not at its
-   ``from_replicas``, and is skipped as stale: it is still not applied twice
-   unless something else put the replicas back in that instant.
-
-The KV record is checked for every kind (cheap, and it also covers a
-redelivery after the annotation was overwritten by a later decision).
-
-Before any of that, a decision must be admissible (``core.admit``): it names
-a Kubernetes object, a GPUScaler targets that object, is not paused, and its
-bounds hold the new count. Anything else is refused, reported and acked.
-
-One target never waits on another: up to ``--max-in-flight`` decisions are
-applied at once, each to a different target; a target whose API calls keep
-failing backs off on its own (nak with a growing delay) while the others go on.
+Before the API is touched an entry must be admissible (``core.admit``): it names
+a Kubernetes object, a GPUScaler targets it, is not paused, and its bounds hold
+the count. A refusal, a failure or a 409 is reported once per entry and retried
+on the entry's next change or at the next resync (``--resync-interval``), when
+every entry is converged again. One target never waits on another: up to
+``--max-in-flight`` targets converge at once; one whose API calls keep failing
+backs off on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import collections
 import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from kubernetes_asyncio.client import ApiClient
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import KeyNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale import codec, subjects
@@ -76,56 +49,37 @@ from gpuscale.kube import (
 from gpuscale.leader import LeaderElector
 from gpuscale.logging import LogThrottle, OncePerKey, get_logger
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.natsio import NATS, connect, declare_kv, declare_stream, drain, is_connected, jetstream
+from gpuscale.natsio import NATS, connect, declare_kv, drain, is_connected, jetstream
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.wire import Decision, Outcome, ScaleTargetRef, WireError
-from gpuscale_actuator.core import delivery
 from gpuscale_actuator.core.admit import Refusal, admit
-from gpuscale_actuator.core.delivery import not_a_delivery
-from gpuscale_actuator.core.plan import (
-    LAST_DECISION_ANNOTATION,
-    Step,
-    StepKind,
-    action_for,
-    event_for,
-    is_too_old,
-    plan_step,
-    too_old_step,
-)
+from gpuscale_actuator.core.plan import StepKind, action_for, event_for, plan_step
 from gpuscale_actuator.policies import PolicyView
 from gpuscale_actuator.settings import ActuatorSettings
 
 SERVICE: Final = "actuator"
-DURABLE: Final = subjects.ACTUATOR_DURABLE
-APPLIED_BUCKET: Final = subjects.ACTUATOR_APPLIED_BUCKET
-RETRY_LATER_S: Final = 5.0  # first nak delay for a target the API server keeps failing on
+KIND: Final = "desired"  # the label of rejected entries in gpuscale_messages_rejected_total
+REJECT_REASONS: Final = ("bad_key", "key_mismatch")
+RETRY_LATER_S: Final = 5.0  # first wait for a target the API server keeps failing on
 RETRY_LATER_MAX_S: Final = 60.0  # ... doubling up to this
 PING_PERIOD_S: Final = 5.0
-FETCH_TIMEOUT_S: Final = 0.5  # also how long a stop waits for the fetch loop
-SHUTDOWN_WAIT_S: Final = 3.0  # decisions in hand may finish this long after a stop
-
-
-@dataclass
-class Hooks:
-    """Test seams inside the shell. ``after_patch`` runs right after a
-    successful PATCH, before the applied record and the ack: the crash window."""
-
-    after_patch: Callable[[Decision], Awaitable[None]] | None = None
+WATCH_POLL_S: Final = 0.5  # also how long a stop waits for the watch loop
+SHUTDOWN_WAIT_S: Final = 3.0  # targets being converged may finish this long after a stop
 
 
 class ActuatorMetrics:
     def __init__(self, base: ServiceMetrics) -> None:
         r = base.registry
         self.consumed = Counter(
-            "gpuscale_actuator_decisions_consumed_total", "Decisions received", registry=r
+            "gpuscale_actuator_desired_updates_total", "Desired-count entries received", registry=r
         )
         self.outcomes = Counter(
-            "gpuscale_actuator_outcomes_total", "Decisions handled, by outcome", ["outcome"], registry=r
+            "gpuscale_actuator_outcomes_total", "Convergences reported, by outcome", ["outcome"], registry=r
         )
         # Born at 0 (and the rejections too), so an alert's increase() sees the first failure.
         for outcome in Outcome:
             self.outcomes.labels(outcome=outcome.value)
-        base.reads(Decision.KIND, delivery.REASONS)
+        base.reads(KIND, REJECT_REASONS)
         self.patch_latency = Histogram(
             "gpuscale_actuator_patch_latency_seconds",
             "Time of the PATCH that changes replicas (retries included)",
@@ -138,37 +92,41 @@ class ActuatorMetrics:
         )
         self.refused = Counter(
             "gpuscale_actuator_refused_total",
-            "Decisions refused before any API call, by cause",
+            "Desired counts refused before any API call, by cause",
             ["cause"],
             registry=r,
         )
         self.in_flight = Gauge(
-            "gpuscale_actuator_decisions_in_flight", "Decisions being applied now", registry=r
+            "gpuscale_actuator_targets_in_flight", "Targets being converged now", registry=r
         )
-        self.redelivered_applied = Counter(
-            "gpuscale_actuator_redelivered_applied_total",
-            "Redelivered decisions recognised as already applied (not applied again)",
-            registry=r,
+        self.resyncs = Counter(
+            "gpuscale_actuator_resyncs_total", "Rounds that converged every entry again", registry=r
         )
-
-
-def applied_key(decision_id: str) -> str:
-    """A KV key for any decision id (KV keys allow only [-_=.a-zA-Z0-9/])."""
-    return base64.urlsafe_b64encode(decision_id.encode()).decode().rstrip("=")
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    outcome: Outcome
+    outcome: Outcome | None  # None: the target was at the desired count, nothing to report
     replicas_before: int | None
     replicas_after: int | None
     error: str | None
-    already_applied: bool = False
     uid: str | None = None
 
 
 class RetryLater(Exception):
-    """The API server stayed unavailable through the retries: not a final outcome."""
+    """The API server stayed unavailable through the retries, or the lease went: try again."""
+
+
+@dataclass(slots=True)
+class Target:
+    """One entry of the bucket and its convergence."""
+
+    data: bytes
+    revision: int
+    dirty: bool = True
+    failures: int = 0  # retryable failures in a row: this target's own backoff
+    retry_at: float = 0.0  # monotonic
+    reported: tuple[int, str | None, str | None] | None = None  # (revision, outcome, error) last reported
 
 
 class Actuator:
@@ -178,136 +136,193 @@ class Actuator:
         base_metrics: ServiceMetrics,
         metrics: ActuatorMetrics,
         nc: NATS,
-        applied: KeyValue,
+        desired: KeyValue,
         api: ApiClient,
         elector: LeaderElector,
         stop: asyncio.Event,
-        hooks: Hooks,
         policies: PolicyView,
     ) -> None:
         self.settings = settings
         self.base_metrics = base_metrics
         self.metrics = metrics
         self.nc = nc
-        self.applied = applied
+        self.desired = desired
         self.api = api
         self.scale = ScaleClient(api)
         self.elector = elector
         self.stop = stop
-        self.hooks = hooks
         self.policies = policies
         self.once = OncePerKey()
-        self.throttle = LogThrottle()  # rejected decisions: by reason, once a minute
+        self.throttle = LogThrottle()  # rejected entries: by reason, once a minute
         self.log = get_logger(service=SERVICE, identity=elector.identity)
         self.reader = codec.Reader(Decision, on_unknown=base_metrics.unknown_field)
-        # (group, kind) whose objects RBAC lets us not read or patch: /scale only.
+        # (group, kind) whose objects RBAC lets us not read: /scale only.
         self.scale_only: set[tuple[str, str]] = set()
-        self._touches: set[asyncio.Task[None]] = set()
-        # One queue and one worker per target; failures per target for its own backoff.
-        self._queues: dict[str, collections.deque[Any]] = {}
+        self.targets: dict[str, Target] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._failures: dict[str, int] = {}
+        self._slots = asyncio.Semaphore(settings.max_in_flight)
         self._in_flight = 0
-        self._slot_freed = asyncio.Event()
         self._fatal: BaseException | None = None  # what killed a worker kills the service, as in one task
 
-    # --- one message -----------------------------------------------------
+    # --- the bucket ------------------------------------------------------------
 
-    async def handle(self, msg: Any) -> None:
-        """Handle one JetStream message: ack when final, nak when not, term when invalid."""
-        self.base_metrics.messages_in.labels(kind=Decision.KIND).inc()
+    def on_entry(self, key: str, data: bytes | None, revision: int) -> None:
+        """An entry changed (``data`` None: deleted, nothing more to converge)."""
+        if data is None:
+            self.targets.pop(key, None)
+            return
+        self.base_metrics.messages_in.labels(kind=KIND).inc()
         self.metrics.consumed.inc()
-        now = time.time()
+        known = self.targets.get(key)
+        if known is None:
+            known = self.targets[key] = Target(data, revision)
+        else:
+            known.data, known.revision, known.dirty = data, revision, True
+            known.failures, known.retry_at = 0, 0.0  # a new count is tried at once
+        self._wake(key)
+
+    def resync(self) -> None:
+        """Level-triggered: every entry is converged again, the failed ones included."""
+        self.metrics.resyncs.inc()
+        for key, target in self.targets.items():
+            target.dirty = True
+            self._wake(key)
+
+    def _wake(self, key: str) -> None:
+        if key in self._workers or self.stop.is_set():
+            return
+        worker = self._workers[key] = asyncio.create_task(self._work(key))
+        worker.add_done_callback(functools.partial(self._worker_done, key))
+
+    def _worker_done(self, key: str, worker: asyncio.Task[None]) -> None:
+        self._workers.pop(key, None)
+        if not worker.cancelled() and worker.exception() is not None:
+            self._fatal = worker.exception()
+            return
+        target = self.targets.get(key)
+        if target is not None and target.dirty and self.elector.is_leader:
+            self._wake(key)  # changed while the worker was finishing
+
+    async def _work(self, key: str) -> None:
+        while not self.stop.is_set():
+            target = self.targets.get(key)
+            if target is None or not target.dirty:
+                return
+            if not self.elector.is_leader:
+                return  # the leader converges; a new leader resyncs everything
+            wait = target.retry_at - time.monotonic()
+            if wait > 0:  # in short naps: a new count clears the wait
+                await sleep_unless_stopped(self.stop, min(wait, 1.0))
+                continue
+            target.dirty = False
+            async with self._slots:
+                self._in_flight += 1
+                self.metrics.in_flight.set(self._in_flight)
+                try:
+                    await self._converge(key, target)
+                except Exception as e:  # nothing an entry does may stop the worker
+                    self.log.error(
+                        "converge_error", key=key[:200], error=f"{type(e).__name__}: {e}", exc_info=e
+                    )
+                    self._retry_later(target)
+                finally:
+                    self._in_flight -= 1
+                    self.metrics.in_flight.set(self._in_flight)
+
+    def _retry_later(self, target: Target) -> float:
+        target.failures += 1
+        delay = min(RETRY_LATER_MAX_S, RETRY_LATER_S * 2.0 ** min(target.failures - 1, 10))
+        target.retry_at, target.dirty = time.monotonic() + delay, True
+        return delay
+
+    # --- one target ---------------------------------------------------------------
+
+    async def _converge(self, key: str, target: Target) -> None:
+        revision = target.revision
         try:
-            decision = self.reader.decode(msg.data, now)
-            self._check_subject(msg.subject, decision)
+            desired = self.reader.decode(target.data, time.time())
+            self._check_key(key, desired)
         except WireError as e:
-            self._reject(msg.subject, e)
-            await msg.term()
+            if target.reported != (revision, "rejected", e.code):  # once per entry, not per resync
+                target.reported = (revision, "rejected", e.code)
+                self._reject(key, e)
             return
         log = self.log.bind(
-            decision_id=decision.id,
-            workload=f"{decision.namespace}/{decision.kind}/{decision.name}",
+            decision_id=desired.id, workload=f"{desired.namespace}/{desired.kind}/{desired.name}"
         )
-        target = msg.subject
         try:
-            refusal = (
-                None if is_too_old(decision, now, self.settings.max_decision_age) else self._admit(decision)
-            )
+            refusal = self._admit(desired)
             if refusal is not None:
-                self.metrics.refused.labels(cause=refusal.cause.value).inc()
                 result = Result(Outcome.REFUSED, None, None, refusal.detail)
             else:
-                result = await self._apply(decision, now, msg)
+                result = await self._apply(desired)
         except RetryLater as e:
-            failures = self._failures[target] = self._failures.get(target, 0) + 1
-            delay = min(RETRY_LATER_MAX_S, RETRY_LATER_S * 2 ** min(failures - 1, 10))
-            log.warning("decision_retry_later", error=str(e), retry_in_s=delay, failures=failures)
-            await msg.nak(delay=delay)
+            delay = self._retry_later(target)
+            log.warning("converge_retry_later", error=str(e), retry_in_s=delay, failures=target.failures)
             return
-        self._failures.pop(target, None)
-        await self._report(decision, result, log)
-        await msg.ack()
+        target.failures = 0
+        if result.outcome is None:
+            target.reported = None  # converged: a later failure of this entry is news again
+            return
+        if not self._new(target, revision, result):
+            return
+        if refusal is not None:
+            self.metrics.refused.labels(cause=refusal.cause.value).inc()
+        await self._report(desired, result, log)
 
-    def _admit(self, decision: Decision) -> Refusal | None:
+    @staticmethod
+    def _new(target: Target, revision: int, result: Result) -> bool:
+        """Report an outcome once per entry: a resync that finds the same refusal says nothing new."""
+        seen = (revision, result.outcome.value if result.outcome else None, result.error)
+        if target.reported == seen:
+            return False
+        target.reported = seen
+        return True
+
+    def _admit(self, desired: Decision) -> Refusal | None:
         if not self.policies.synced.is_set():
             raise RetryLater("the GPUScalers are not listed yet")
-        return admit(decision, self.policies.in_namespace(decision.namespace))
+        return admit(desired, self.policies.in_namespace(desired.namespace))
 
-    def _check_subject(self, subject: str, decision: Decision) -> None:
+    def _check_key(self, key: str, desired: Decision) -> None:
         try:
-            key = subjects.parse_workload(subject, "decisions")
+            named = subjects.parse_desired_key(key)
         except subjects.SubjectError as e:
-            raise WireError("bad_subject", str(e)) from None
-        if (key.namespace, key.kind, key.name) != (decision.namespace, decision.kind, decision.name):
-            raise WireError("subject_mismatch", f"subject names {key}, payload names another workload")
+            raise WireError("bad_key", str(e)) from None
+        if (named.namespace, named.kind, named.name) != (desired.namespace, desired.kind, desired.name):
+            raise WireError("key_mismatch", f"key names {named}, the entry names another workload")
 
-    def _reject(self, subject: str, e: WireError) -> None:
-        self.base_metrics.messages_rejected.labels(kind=Decision.KIND, reason=e.code).inc()
-        held = self.throttle.allow("decision", e.code)
+    def _reject(self, key: str, e: WireError) -> None:
+        self.base_metrics.messages_rejected.labels(kind=KIND, reason=e.code).inc()
+        held = self.throttle.allow("desired", e.code)
         if held is not None:
             self.log.warning(
-                "decision_rejected", subject=subject[:200], reason=e.code, detail=e.detail, suppressed=held
+                "desired_rejected", key=key[:200], reason=e.code, detail=e.detail, suppressed=held
             )
 
-    async def _apply(self, decision: Decision, now: float, msg: Any) -> Result:
-        early = too_old_step(decision, now, self.settings.max_decision_age)
-        if early is not None:
-            return Result(early.outcome or Outcome.SKIPPED_STALE, None, None, early.why)
-        ref = decision.target
-        recorded = await self._is_recorded(decision.id)
+    async def _apply(self, desired: Decision) -> Result:
+        ref = desired.target
         try:
             for attempt in (1, 2):
-                state, last_id, uid, atomic = await self._read(ref, msg)
+                state, uid = await self._read(ref)
                 step = plan_step(
-                    decision,
-                    current_replicas=state.replicas,
-                    last_decision_id=last_id,
-                    already_recorded=recorded,
-                    dry_run=self.settings.dry_run,
-                    attempt=attempt,
+                    desired, current_replicas=state.replicas, dry_run=self.settings.dry_run, attempt=attempt
                 )
                 if step.kind == StepKind.REPORT:
-                    return self._report_result(step, state, uid)
+                    error = step.why if step.outcome is not None else None
+                    return Result(step.outcome, state.replicas, state.replicas, error, uid=uid)
+                assert step.replicas is not None  # a PATCH step carries its count
                 try:
-                    try:
-                        after = await self._patch(decision, ref, step, state, atomic, msg)
-                    except Forbidden as e:
-                        if not atomic:
-                            raise
-                        self._fall_back_to_scale(ref, e)
-                        # The Scale's resourceVersion is the object's: the same precondition holds.
-                        after = await self._patch(decision, ref, step, state, False, msg)
+                    after = await self._patch(ref, step.replicas, state)
                 except Conflict as e:
-                    self.log.info("patch_conflict", decision_id=decision.id, attempt=attempt, error=e.message)
+                    self.log.info("patch_conflict", decision_id=desired.id, attempt=attempt, error=e.message)
                     continue
-                await self._record_applied(decision.id)
                 return Result(step.outcome or Outcome.APPLIED, state.replicas, after.replicas, None, uid=uid)
             return Result(
                 Outcome.FAILED,
                 None,
                 None,
-                "409 Conflict twice: the target keeps changing under us; the decider decides again",
+                "409 Conflict twice: the target keeps changing under us; tried again at the next resync",
             )
         except NotFound as e:
             return Result(Outcome.FAILED, None, None, f"target {ref} not found: {e.message}")
@@ -321,146 +336,82 @@ class Actuator:
                 raise RetryLater(str(e)) from None
             return Result(Outcome.FAILED, None, None, f"API server refused: {e}")
 
-    def _report_result(self, step: Step, state: ScaleState, uid: str | None) -> Result:
-        outcome = step.outcome or Outcome.SKIPPED_STALE
-        error = None if outcome == Outcome.APPLIED else step.why
-        return Result(
-            outcome, state.replicas, state.replicas, error, already_applied=step.already_applied, uid=uid
-        )
-
-    async def _retrying(self, fn: Callable[[], Awaitable[Any]], msg: Any) -> Any:
+    async def _retrying(self, fn: Callable[[], Awaitable[Any]]) -> Any:
         def on_retry(e: KubeError, attempt: int, delay: float) -> None:
             self.metrics.kube_retries.labels(error=type(e).__name__).inc()
             self.log.info("kube_retry", error=str(e)[:200], attempt=attempt, delay_s=round(delay, 3))
-            # Backing off can outlast ack_wait: tell JetStream we are on it, so that
-            # a replica that just took the lease over is not handed the same decision.
-            touch = asyncio.create_task(_in_progress(msg))
-            self._touches.add(touch)
-            touch.add_done_callback(self._touches.discard)
 
         return await retry_with_backoff(
             fn, attempts=6, base_s=0.2, cap_s=5.0, stop=self.stop, on_retry=on_retry
         )
 
-    def _atomic(self, ref: ScaleTargetRef) -> bool:
-        """May this target take replicas and the annotation in one object PATCH?"""
+    async def _read(self, ref: ScaleTargetRef) -> tuple[ScaleState, str | None]:
+        """The target's scale and its uid (for the Event), where RBAC lets us read the object."""
         key = (ref.group, ref.kind)
-        return key in REPLICAS_IN_SPEC and key not in self.scale_only
-
-    def _fall_back_to_scale(self, ref: ScaleTargetRef, e: Forbidden) -> None:
-        """RBAC allows only ``*/scale`` (least privilege, docs/ARCHITECTURE.md#security): work through
-        it, with the applied-decisions record as the exactly-once guard."""
-        self.scale_only.add((ref.group, ref.kind))
-        self.log.warning(
-            "object_access_forbidden_using_scale",
-            kind=ref.kind,
-            group=ref.group,
-            permission=e.missing_permission,
-            consequence="exactly-once relies on the applied-decisions record, not on an atomic annotation",
-        )
-
-    async def _read(self, ref: ScaleTargetRef, msg: Any) -> tuple[ScaleState, str | None, str | None, bool]:
-        """(state, last applied decision id, uid, atomic) of the target."""
-        if self._atomic(ref):
+        if key in REPLICAS_IN_SPEC and key not in self.scale_only:
             try:
-                obj: dict[str, Any] = await self._retrying(functools.partial(self.scale.get_object, ref), msg)
+                obj: dict[str, Any] = await self._retrying(functools.partial(self.scale.get_object, ref))
             except Forbidden as e:
-                self._fall_back_to_scale(ref, e)
-            else:
-                meta = obj.get("metadata") or {}
-                last = (meta.get("annotations") or {}).get(LAST_DECISION_ANNOTATION)
-                uid = meta.get("uid")
-                return (
-                    scale_state_from_object(obj),
-                    str(last) if last else None,
-                    str(uid) if uid else None,
-                    True,
+                self.scale_only.add(key)  # least privilege (docs/ARCHITECTURE.md#security): /scale it is
+                self.log.info(
+                    "object_access_forbidden_using_scale",
+                    kind=ref.kind,
+                    group=ref.group,
+                    permission=e.missing_permission,
                 )
-        state: ScaleState = await self._retrying(functools.partial(self.scale.get, ref), msg)
-        return state, None, None, False
+            else:
+                uid = (obj.get("metadata") or {}).get("uid")
+                return scale_state_from_object(obj), str(uid) if uid else None
+        state: ScaleState = await self._retrying(functools.partial(self.scale.get, ref))
+        return state, None
 
-    async def _patch(
-        self, decision: Decision, ref: ScaleTargetRef, step: Step, state: ScaleState, atomic: bool, msg: Any
-    ) -> ScaleState:
+    async def _patch(self, ref: ScaleTargetRef, replicas: int, state: ScaleState) -> ScaleState:
         if not self.elector.is_leader:
-            # Fencing: we lost the lease while handling this decision; the new leader gets it.
+            # Fencing: the lease went while converging; the new leader resyncs.
             raise RetryLater("lost the lease before the PATCH")
-        replicas = step.replicas if step.replicas is not None else decision.to_replicas
-        annotations = {LAST_DECISION_ANNOTATION: decision.id} if atomic else None
         started = time.perf_counter()
         after: ScaleState = await self._retrying(
-            functools.partial(
-                self.scale.patch_replicas, ref, replicas, state.resource_version, annotations=annotations
-            ),
-            msg,
+            functools.partial(self.scale.patch_replicas, ref, replicas, state.resource_version)
         )
         self.metrics.patch_latency.observe(time.perf_counter() - started)
-        if self.hooks.after_patch is not None:
-            await self.hooks.after_patch(decision)
         return after
 
-    async def _is_recorded(self, decision_id: str) -> bool:
-        try:
-            await self.applied.get(applied_key(decision_id))
-        except (KeyNotFoundError, NotFoundError):
-            return False
-        except Exception as e:  # noqa: BLE001 - NATS trouble: the annotation and the from_replicas check still guard
-            self.log.warning("applied_record_unreadable", error=f"{type(e).__name__}: {e}")
-            return False
-        return True
-
-    async def _record_applied(self, decision_id: str) -> None:
-        for attempt in range(3):
-            try:
-                await self.applied.put(applied_key(decision_id), str(time.time()).encode())
-                return
-            except Exception as e:  # noqa: BLE001 - best effort: see the module docstring for what still guards
-                if attempt == 2:
-                    self.log.warning("applied_record_failed", decision_id=decision_id, error=str(e))
-                    return
-                await asyncio.sleep(0.2 * (attempt + 1))
-
-    async def _report(self, decision: Decision, result: Result, log: Any) -> None:
+    async def _report(self, desired: Decision, result: Result, log: Any) -> None:
+        assert result.outcome is not None  # only outcomes are reported
         self.metrics.outcomes.labels(outcome=result.outcome.value).inc()
-        now = time.time()
         action = action_for(
-            decision,
+            desired,
             result.outcome,
             replicas_before=result.replicas_before,
             replicas_after=result.replicas_after,
             error=result.error,
-            now=now,
+            now=time.time(),
         )
-        key = subjects.WorkloadKey(decision.namespace, decision.kind, decision.name)
+        key = subjects.WorkloadKey(desired.namespace, desired.kind, desired.name)
         try:
             await self.nc.publish(subjects.actions(key), codec.encode(action))
             self.base_metrics.messages_out.labels(kind="actions").inc()
-        except Exception as e:  # noqa: BLE001 - the outcome is already final; a lost report must not undo it
+        except Exception as e:  # noqa: BLE001 - the write is made; a lost record must not undo it
             log.warning("action_publish_failed", error=f"{type(e).__name__}: {e}")
         fields = {
             "outcome": result.outcome.value,
             "replicas_before": result.replicas_before,
             "replicas_after": result.replicas_after,
-            "to_replicas": decision.to_replicas,
+            "to_replicas": desired.to_replicas,
         }
-        if result.already_applied:
-            self.metrics.redelivered_applied.inc()
-            log.info("decision_already_applied", **fields)
-            return
         if result.outcome == Outcome.FAILED:
-            log.warning("decision_failed", error=result.error, **fields)
+            log.warning("desired_not_applied", error=result.error, **fields)
         elif result.outcome in (Outcome.APPLIED, Outcome.CONFLICT_RETRIED):
-            log.info("decision_applied", **fields)
+            log.info("desired_applied", **fields)
         else:
-            log.info("decision_skipped", why=result.error, **fields)
-        spec = event_for(decision, result.outcome, result.replicas_after, result.error)
+            log.info("desired_skipped", why=result.error, **fields)
+        spec = event_for(desired, result.outcome, result.replicas_after, result.error)
         if spec is None:
             return
-        ref = decision.target
         try:
             await record_event(
                 self.api,
-                ref,
+                desired.target,
                 spec.reason,
                 spec.message,
                 spec.type,
@@ -470,166 +421,67 @@ class Actuator:
         except KubeError as e:
             log.warning("event_record_failed", error=str(e)[:300])
 
-    # --- the loop ----------------------------------------------------------
+    # --- the loops -------------------------------------------------------------------
 
-    async def consume(self, js: JetStreamContext) -> None:
-        """Fetch decisions while leading and hand each to its target's worker,
-        never more than ``--max-in-flight`` at a time."""
-        sub = None
-        limit = self.settings.max_in_flight
+    async def watch(self) -> None:
+        """Follow the bucket: its current entries first, then every change."""
         while not self.stop.is_set():
             if self._fatal is not None:
                 raise self._fatal
-            if not self.elector.is_leader:
-                await _first(self.elector.wait_until_leader(), self.stop.wait())
-                if not self.elector.is_leader:  # leading, but our renewals lapsed: no busy loop
-                    await sleep_unless_stopped(self.stop, 0.2)
-                continue
-            if self._in_flight >= limit:
-                self._slot_freed.clear()
-                await _first(self._slot_freed.wait(), self.stop.wait())
-                continue
             try:
-                if sub is None:
-                    sub = await self._subscribe(js)
-                msgs = await sub.fetch(limit - self._in_flight, timeout=FETCH_TIMEOUT_S)
-            except TimeoutError:
+                watcher = await self.desired.watchall()
+                # nats-py's watcher is untyped: its two calls, typed here.
+                updates = cast(Callable[..., Awaitable[Any]], watcher.updates)
+                stop_watch = cast(Callable[[], Awaitable[None]], watcher.stop)
+            except Exception as e:  # noqa: BLE001 - NATS outage: wait, go on
+                self._watch_failed(e)
                 continue
-            except Exception as e:  # noqa: BLE001 - NATS outage or consumer trouble: wait, go on
-                if self.once.first("fetch", type(e).__name__):
-                    self.log.warning("decisions_fetch_failed", error=f"{type(e).__name__}: {e}")
-                await sleep_unless_stopped(self.stop, 1.0)
-                continue
-            self.once.forget("fetch", "TimeoutError")
-            for msg in msgs:
-                if self._is_delivery(msg):
-                    self._dispatch(msg)
+            self.log.info("desired_watch_started", bucket=self.desired._name)
+            try:
+                while not self.stop.is_set():
+                    if self._fatal is not None:
+                        raise self._fatal
+                    try:
+                        entry = await updates(timeout=WATCH_POLL_S)
+                    except TimeoutError:
+                        continue
+                    if entry is None:
+                        continue  # the current entries are all in
+                    deleted = entry.operation in (KV_DEL, KV_PURGE)
+                    self.on_entry(
+                        entry.key, None if deleted else bytes(entry.value or b""), entry.revision or 0
+                    )
+                    self.once.forget("watch", "any")
+            except Exception as e:  # the watch broke (NATS away): start it again
+                if self._fatal is not None and e is self._fatal:
+                    raise
+                self._watch_failed(e)
+            finally:
+                with contextlib.suppress(Exception):
+                    await stop_watch()
         await self._drain_workers()
-        if sub is not None:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
 
-    async def _subscribe(self, js: JetStreamContext) -> Any:
-        # Create or update: a consumer made by an older actuator (one decision at
-        # a time) takes the in-flight limit of this one.
-        await js.add_consumer(subjects.DECISIONS_STREAM, consumer_config(self.settings))
-        sub = await js.pull_subscribe(
-            subjects.DECISIONS_ALL, durable=DURABLE, stream=subjects.DECISIONS_STREAM
-        )
-        self.log.info("consumer_bound", durable=DURABLE, stream=subjects.DECISIONS_STREAM)
-        return sub
+    def _watch_failed(self, e: Exception) -> None:
+        if self.once.first("watch", "any"):
+            self.log.warning("desired_watch_failed", error=f"{type(e).__name__}: {e}")
 
-    def _is_delivery(self, msg: Any) -> bool:
-        """Anything in the fetch that JetStream did not deliver is dropped: counted, logged
-        once a minute per reason, never acked (there is nothing to ack) and never a task."""
-        reason = not_a_delivery(str(msg.subject), str(msg.reply or ""))
-        if reason is None:
-            return True
-        self.base_metrics.messages_rejected.labels(kind=Decision.KIND, reason=reason).inc()
-        held = self.throttle.allow("fetched", reason)
-        if held is not None:
-            self.log.warning(
-                "fetched_message_ignored",
-                reason=reason,
-                subject=str(msg.subject)[:200],
-                suppressed=held,
-                detail="not a delivery of the decisions consumer; see gpuscale_messages_rejected_total",
-            )
-        return False
-
-    def _dispatch(self, msg: Any) -> None:
-        """Queue ``msg`` behind the decisions for the same target (its subject)."""
-        self._in_flight += 1
-        self.metrics.in_flight.set(self._in_flight)
-        target = str(msg.subject)
-        self._queues.setdefault(target, collections.deque()).append(msg)
-        if target not in self._workers:
-            worker = self._workers[target] = asyncio.create_task(self._work(target))
-            worker.add_done_callback(self._worker_done)
-
-    def _worker_done(self, worker: asyncio.Task[None]) -> None:
-        if not worker.cancelled() and worker.exception() is not None:
-            self._fatal = worker.exception()
-            self._slot_freed.set()
-
-    async def _work(self, target: str) -> None:
-        queue = self._queues[target]
-        try:
-            while queue:
-                msg = queue.popleft()
-                try:
-                    if not self.elector.is_leader:
-                        await msg.nak()  # the new leader takes it
-                    else:
-                        await self.handle(msg)
-                except Exception as e:  # nothing a message does may stop the worker
-                    self.log.error("decision_handling_error", error=f"{type(e).__name__}: {e}", exc_info=e)
-                    with contextlib.suppress(Exception):
-                        await msg.nak(delay=RETRY_LATER_S)
-                finally:
-                    self._in_flight -= 1
-                    self.metrics.in_flight.set(self._in_flight)
-                    self._slot_freed.set()
-        finally:
-            del self._workers[target]
-            if not queue:
-                del self._queues[target]
+    async def resync_loop(self) -> None:
+        """Every ``--resync-interval``, and at once on taking the lease, converge every entry."""
+        was_leader = False
+        next_at = time.monotonic() + self.settings.resync_interval
+        while not self.stop.is_set():
+            leader = self.elector.is_leader
+            if leader and (not was_leader or time.monotonic() >= next_at):
+                self.resync()
+                next_at = time.monotonic() + self.settings.resync_interval
+            was_leader = leader
+            await sleep_unless_stopped(self.stop, min(0.2, self.settings.resync_interval))
 
     async def _drain_workers(self) -> None:
-        """At shutdown: let the decisions in hand finish (bounded); the rest are redelivered."""
-        for queue in self._queues.values():
-            while queue:
-                msg = queue.popleft()
-                self._in_flight -= 1
-                with contextlib.suppress(Exception):
-                    await msg.nak()
         if self._workers:
             await asyncio.wait(set(self._workers.values()), timeout=SHUTDOWN_WAIT_S)
-
-
-def consumer_config(settings: ActuatorSettings) -> ConsumerConfig:
-    return ConsumerConfig(
-        durable_name=DURABLE,
-        ack_policy=AckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=settings.ack_wait,
-        max_ack_pending=settings.max_in_flight,  # the server holds back the rest: see the module docstring
-        max_deliver=-1,
-        filter_subject=subjects.DECISIONS_ALL,
-    )
-
-
-async def _in_progress(msg: Any) -> None:
-    with contextlib.suppress(Exception):  # a lost +WPI only risks an early redelivery, which is idempotent
-        await msg.in_progress()
-
-
-async def _first(*aws: Awaitable[Any]) -> None:
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
-
-
-async def ensure_decisions_stream(js: JetStreamContext) -> None:
-    """Create the decisions stream if absent (the decider owns its config)."""
-    await declare_stream(js, subjects.DECISIONS)
-
-
-async def _setup_jetstream(js: JetStreamContext, stop: asyncio.Event, log: Any) -> KeyValue | None:
-    attempt = 0
-    while not stop.is_set():
-        try:
-            await ensure_decisions_stream(js)
-            return await declare_kv(js, subjects.ACTUATOR_APPLIED)
-        except Exception as e:  # noqa: BLE001 - JetStream not ready yet: retry until it is
-            attempt += 1
-            if attempt == 1 or attempt % 10 == 0:
-                log.warning("jetstream_setup_failed", attempt=attempt, error=f"{type(e).__name__}: {e}")
-            await sleep_unless_stopped(stop, min(0.5 * attempt, 5.0))
-    return None
+        for worker in list(self._workers.values()):
+            worker.cancel()
 
 
 async def _watch_api(api: ApiClient, state: dict[str, Any], stop: asyncio.Event, log: Any) -> None:
@@ -641,7 +493,20 @@ async def _watch_api(api: ApiClient, state: dict[str, Any], stop: asyncio.Event,
         await sleep_unless_stopped(stop, PING_PERIOD_S)
 
 
-async def serve(ctx: ServiceContext, hooks: Hooks | None = None) -> None:
+async def _open_bucket(js: JetStreamContext, stop: asyncio.Event, log: Any) -> KeyValue | None:
+    attempt = 0
+    while not stop.is_set():
+        try:
+            return await declare_kv(js, subjects.DESIRED)
+        except Exception as e:  # noqa: BLE001 - JetStream not ready yet: retry until it is
+            attempt += 1
+            if attempt == 1 or attempt % 10 == 0:
+                log.warning("jetstream_setup_failed", attempt=attempt, error=f"{type(e).__name__}: {e}")
+            await sleep_unless_stopped(stop, min(0.5 * attempt, 5.0))
+    return None
+
+
+async def serve(ctx: ServiceContext) -> None:
     settings: ActuatorSettings = ctx.settings
     identity = settings.holder_identity
     log = get_logger(service=SERVICE, identity=identity)
@@ -668,9 +533,8 @@ async def serve(ctx: ServiceContext, hooks: Hooks | None = None) -> None:
             if ctx.stop.is_set():
                 return
             raise
-        js = jetstream(nc)
-        applied = await _setup_jetstream(js, ctx.stop, log)
-        if applied is None:
+        desired = await _open_bucket(jetstream(nc), ctx.stop, log)
+        if desired is None:
             return
         elector = LeaderElector(
             api,
@@ -688,13 +552,12 @@ async def serve(ctx: ServiceContext, hooks: Hooks | None = None) -> None:
             "gpuscalers",
             lambda: (policies.synced.is_set(), "listed" if policies.synced.is_set() else "not listed yet"),
         )
-        actuator = Actuator(
-            settings, ctx.metrics, metrics, nc, applied, api, elector, ctx.stop, hooks or Hooks(), policies
-        )
+        actuator = Actuator(settings, ctx.metrics, metrics, nc, desired, api, elector, ctx.stop, policies)
         log.info("actuator_started", dry_run=settings.dry_run, lease=settings.lease_name)
         tasks.append(asyncio.create_task(policies.run(ctx.stop)))
         tasks.append(asyncio.create_task(elector.run(ctx.stop)))
-        await actuator.consume(js)
+        tasks.append(asyncio.create_task(actuator.resync_loop()))
+        await actuator.watch()
         await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         ctx.stop.set()

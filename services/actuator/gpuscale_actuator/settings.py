@@ -37,34 +37,27 @@ class ActuatorSettings(LeaseSettings, CommonSettings):
         env="GPUSCALE_DRY_RUN",
         parse=boolean,
         is_flag=True,
-        help="consume and report decisions, change nothing",
+        help="read and report desired counts, change nothing",
     )
     lease_name: str = lease_name_option("gpuscale-actuator")
-    max_decision_age: float = option(
-        60.0,
-        "--max-decision-age",
-        env="GPUSCALE_MAX_DECISION_AGE",
-        parse=seconds,
-        help="decisions older than this are skipped as stale (seconds)",
-    )
     policies: Path | None = option(
         None,
         "--policies",
         env="GPUSCALE_POLICIES",
         parse=existing_file,
-        help="the GPUScalers to check decisions against, from the decider's YAML file instead of the cluster",
+        help="the GPUScalers to check desired counts against, from the decider's YAML file instead of the cluster",
     )
     max_in_flight: int = option(
         16,
         "--max-in-flight",
         env="GPUSCALE_MAX_IN_FLIGHT",
         parse=positive_int,
-        help="decisions applied at the same time, each to another target (one at a time per target)",
+        help="targets converged at the same time (one write at a time per target)",
     )
-    ack_wait: float = option(
-        60.0,
-        "--ack-wait",
-        env="GPUSCALE_ACK_WAIT",
+    resync_interval: float = option(
+        30.0,
+        "--resync-interval",
+        env="GPUSCALE_RESYNC_INTERVAL",
         parse=seconds,
-        help="JetStream redelivers a decision not acked within this time (seconds)",
+        help="converge every workload to its desired count this often, failed ones included (seconds)",
     )

@@ -1,10 +1,10 @@
 """``gpuscale decider``: the I/O shell around :class:`gpuscale_decider.decider.Decider`.
 
 NATS: subscribes to ``gpuscale.v1.metrics.>`` and to ``gpuscale.v1.actions.>``
-(the actuator's reports on its decisions), tells the aggregators each
-policy's window on ``gpuscale.v1.windows.>``, publishes decisions to the
-JetStream stream ``GPUSCALE_DECISIONS`` (``Nats-Msg-Id`` = decision id), keeps
-per-workload state in a KV bucket. Kubernetes: GPUScaler list+watch (or a
+(the actuator's reports, for the status), tells the aggregators each
+policy's window on ``gpuscale.v1.windows.>``, writes each workload's desired
+count into the KV bucket ``GPUSCALE_DESIRED`` and the record of each change to
+the JetStream stream ``GPUSCALE_DECISIONS``, keeps per-workload state in a KV bucket. Kubernetes: GPUScaler list+watch (or a
 YAML file with ``--policies``), one watch of the cluster's pods (the pods
 behind each target's selector, as HPA's pod lister), scale subresource
 reads, status writes, the search for HPAs and KEDA ScaledObjects on the same
@@ -24,6 +24,7 @@ from gpuscale.aio import sleep_unless_stopped
 from gpuscale.codec import encode
 from gpuscale.kube import new_api_client
 from gpuscale.leader import LeaderElector
+from gpuscale.logging import LogThrottle
 from gpuscale.natsio import (
     NATS,
     connect,
@@ -120,6 +121,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     await _retry(ctx, "decisions_stream", lambda: declare_stream(js, subjects.DECISIONS))
     await _retry(ctx, "advice_stream", lambda: declare_stream(js, subjects.ADVICE))
     kv = await _retry(ctx, "state_bucket", lambda: declare_kv(js, subjects.decider_state(s.state_bucket)))
+    desired = await _retry(ctx, "desired_bucket", lambda: declare_kv(js, subjects.DESIRED))
 
     elector: LeaderElector | None = None
     if s.leader_election:
@@ -149,10 +151,15 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         status, events = NoStatus(), NoEvents()
 
     async def publish(decision: Decision) -> None:
+        """The desired count is state (what the actuator converges to); the decisions stream its record."""
         key = subjects.WorkloadKey(decision.namespace, decision.kind, decision.name)
-        await js.publish(
-            subjects.decisions(key), encode(decision), timeout=5.0, headers=headers_msg_id(decision.id)
-        )
+        data = encode(decision)
+        await desired.put(subjects.desired_key(key), data)
+        try:
+            await js.publish(subjects.decisions(key), data, timeout=5.0, headers=headers_msg_id(decision.id))
+        except Exception as e:  # noqa: BLE001 - the count is written; a lost record must not undo it
+            if records_failing.allow("decision_record", type(e).__name__) is not None:
+                log.warning("decision_record_failed", target=str(key), error=f"{type(e).__name__}: {e}")
 
     async def publish_advice(advice: Decision) -> None:
         key = subjects.WorkloadKey(advice.namespace, advice.kind, advice.name)
@@ -162,6 +169,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         key = subjects.WorkloadKey(request.namespace, request.kind, request.name)
         await nc.publish(subjects.windows(key), encode(request))
 
+    records_failing = LogThrottle()
     pods = PodCache(api)
     decider = Decider(
         ctx.metrics,
@@ -174,7 +182,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         publish_advice=publish_advice,
         publish_window=publish_window,
         is_leader=is_leader,
-        config=Config(actuation_timeout_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
+        config=Config(convergence_grace_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
     )
     ctx.http.add_readiness(
         "pods", lambda: (pods.synced.is_set(), "listed" if pods.synced.is_set() else "not listed yet")

@@ -2,9 +2,10 @@
 
 For each metrics message: read the target's scale subresource and the pods
 behind its selector, call :func:`gpuscale_decider.core.reconcile.reconcile`,
-then do what the step says: publish the decision, hand the status to the
-writer, keep the state. Action reports on the actions subject tell it when a
-decision was applied. Its I/O goes through small injected parts (scale
+then do what the step says: write the desired count (and its decision record),
+hand the status to the writer, keep the state. The outcome is read from
+``/scale``; the actuator's reports only name, on the status, why it could not
+apply a count. Its I/O goes through small injected parts (scale
 source, pod source, state store, publisher, status sink, leadership), so the
 same class runs against NATS and Kubernetes in production, against kube-sim
 in the tests, and in-process in the benchmark.
@@ -34,11 +35,10 @@ from gpuscale_decider.core.reconcile import (
     Target,
     Written,
     action_seen,
-    longest_period,
     observation_of,
-    publish_failed,
     reconcile,
     same_window,
+    write_failed,
 )
 from gpuscale_decider.core.replicas import PodView
 from gpuscale_decider.core.state import ScalerState, seed_last_scale
@@ -150,13 +150,13 @@ class Decider:
             return
         key, action = received
         w = self.workloads.get(key)
-        pending = w.memory.state.pending if w is not None and w.memory is not None else None
-        if w is None or w.memory is None or pending is None or pending.decision_id != action.decision_id:
+        desired = w.memory.state.desired if w is not None and w.memory is not None else None
+        if w is None or w.memory is None or desired is None or desired.decision_id != action.decision_id:
             return
         self.m.actions.labels(outcome=action.outcome).inc()
         try:
-            state = action_seen(w.memory.state, action, now, longest_period(w.scaler.spec))
-        except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own; the pending decision times out
+            state = action_seen(w.memory.state, action)
+        except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own; only its status waits
             self._caught(w, STAGE_ACTION, e)
             return
         w.memory, w.dirty = Memory(state, w.memory.written), True
@@ -200,9 +200,9 @@ class Decider:
         target, pods = await self._read(w, now)
         step = reconcile(w.memory, w.scaler, target, pods, w.observation, now, self.config)
         w.memory, w.dirty, w.last_evaluated = step.memory, True, now
-        for note, pending in step.notes:
+        for note, desired in step.notes:
             self.log.info(
-                note.value, target=str(w.key), decision_id=pending.decision_id, replicas=target.replicas
+                note.value, target=str(w.key), decision_id=desired.decision_id, replicas=target.replicas
             )
         if step.evaluation is not None:
             e = step.evaluation
@@ -327,9 +327,9 @@ class Decider:
     # --- writes ------------------------------------------------------------------------
 
     def _send_later(self, w: Workload, planned: PlannedDecision, now: float) -> None:
-        """Publish in the background: the metrics subscription never waits for
-        a JetStream ack. The step already marked the decision pending, so no
-        second one goes out meanwhile; a failed publish clears the mark."""
+        """Write in the background: the metrics subscription never waits for a
+        JetStream ack. The step already holds the count as written; a failed
+        write clears it, so the next evaluation writes again."""
         task = asyncio.create_task(self._send(w, wire_decision(w, planned, now)))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
@@ -344,7 +344,7 @@ class Decider:
                     "decision_publish_failed", target=str(w.key), error=f"{type(e).__name__}: {e}"
                 )
             if w.memory is not None:
-                w.memory = Memory(publish_failed(w.memory.state, decision.id), w.memory.written)
+                w.memory = Memory(write_failed(w.memory.state, decision.id), w.memory.written)
             return
         self._once.forget("publish", str(w.key))
         direction = "up" if decision.to_replicas > decision.from_replicas else "down"
@@ -392,7 +392,7 @@ class Decider:
 
     async def tick(self, interval_s: float) -> None:
         """Re-evaluate workloads that got no metrics for a while (staleness,
-        fallback, pending timeouts), and save changed state."""
+        fallback, a desired count /scale does not show), and save changed state."""
         self.intake.clock_watch.check()
         if not self.is_leader():
             return

@@ -14,7 +14,9 @@ from gpuscale.wire import Action, WorkloadMetrics
 
 # Where one GPUScaler's failure was caught (the label of gpuscale_decider_evaluation_errors_total).
 STAGE_MESSAGE = "message"  # evaluating on a metrics message
-STAGE_TICK = "tick"  # evaluating on the tick (staleness, fallback, pending timeouts, status)
+STAGE_TICK = (
+    "tick"  # evaluating on the tick (staleness, fallback, a desired count /scale does not show, status)
+)
 STAGE_WINDOW = "window_request"
 STAGE_ACTION = "action_report"
 STAGE_SAVE = "state_save"
@@ -148,7 +150,7 @@ class DeciderMetrics:
         )
         self.actions = Counter(
             "gpuscale_decider_actions_total",
-            "Action reports received on this decider's pending decisions, by outcome",
+            "Action reports received on the desired counts this decider wrote, by outcome",
             ["outcome"],
             registry=r,
         )

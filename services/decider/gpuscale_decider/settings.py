@@ -66,7 +66,7 @@ class DeciderSettings(LeaseSettings, CommonSettings):
         "--actuation-timeout",
         env="GPUSCALE_ACTUATION_TIMEOUT",
         parse=seconds,
-        help="after a decision, wait this long for the scale subresource to show it before deciding afresh",
+        help="until the scale subresource shows a desired count just written, count from it, this long at most",
     )
     conflict_check_interval: float = option(
         30.0,

@@ -10,8 +10,8 @@ Pod source: the pods behind a selector. In production one shared watch of
 the cluster's pods (``kubeio.PodCache``), as HPA's pod lister; in tests and the
 benchmark :class:`StaticPods`.
 
-State store: the recommendation history, scale events and the decision
-waiting for the actuator, per workload
+State store: the recommendation history, scale events and the desired
+count last written, per workload
 (:class:`gpuscale_decider.core.state.ScalerState`), in a JetStream KV bucket,
 so a restarted decider neither forgets a stabilization window nor breaks a
 cooldown.

@@ -34,7 +34,7 @@ class Reason(StrEnum):
     FAILED_GET_SCALE = "FailedGetScale"
     CONFLICTING_CONTROLLER = "ConflictingController"
     INVALID_POLICY = "InvalidPolicy"
-    WAITING_FOR_ACTUATOR = "WaitingForActuator"
+    WAITING_FOR_ACTUATOR = "WaitingForActuator"  # no longer set; kept to read statuses older deciders wrote
     FAILED_RESCALE = "FailedRescale"
     FAILED_EVALUATION = "FailedEvaluation"  # the decider failed on this GPUScaler (a bug or a fault)
     SHADOW_MODE = "ShadowMode"

@@ -40,7 +40,7 @@ from gpuscale_decider.core.saturation import (
     adjust,
     queue_capacity,
 )
-from gpuscale_decider.core.state import Capacity, Pending, ScalerState
+from gpuscale_decider.core.state import Capacity, ScalerState
 
 # A pod's sample tells the second before it and reaches the decider with the
 # aggregator's next publish: load moved by a scale-down shows this much after it.
@@ -307,40 +307,15 @@ def averages_notes(observation: Observation, spec: GPUScalerSpec) -> tuple[str, 
     )
 
 
-def waiting(evaluation: Evaluation, pending: Pending) -> Evaluation:
+def not_applied(evaluation: Evaluation, failure: str) -> Evaluation:
+    """The actuator reported it could not apply the desired count: said on the status; the
+    count stays desired and the actuator tries again on its next resync."""
     return replace(
         evaluation,
-        desired=evaluation.current,
-        steps=(
-            *evaluation.steps,
-            f"waiting for the actuator to apply {pending.from_replicas} → {pending.to_replicas}: "
-            f"keep {evaluation.current}",
-        ),
+        steps=(*evaluation.steps, f"the actuator could not apply it ({failure}): it tries again"),
         conditions=replace(
             evaluation.conditions,
-            able_to_scale=able(
-                True, Reason.WAITING_FOR_ACTUATOR, "a decision is being applied by the actuator"
-            ),
-        ),
-    )
-
-
-def backing_off(evaluation: Evaluation, state: ScalerState, now: float) -> Evaluation:
-    wait = (state.retry_at or now) - now
-    decisions = "decision" if state.failures == 1 else f"{state.failures} decisions"
-    return replace(
-        evaluation,
-        desired=evaluation.current,
-        steps=(
-            *evaluation.steps,
-            f"the last {decisions} could not be applied ({state.last_failure}): "
-            f"next try in {wait:.0f} s, keep {evaluation.current}",
-        ),
-        conditions=replace(
-            evaluation.conditions,
-            able_to_scale=able(
-                False, Reason.FAILED_RESCALE, f"the actuator could not apply: {state.last_failure}"
-            ),
+            able_to_scale=able(False, Reason.FAILED_RESCALE, f"the actuator could not apply: {failure}"),
         ),
     )
 

@@ -10,8 +10,10 @@ zero/max/min pre-checks, the metrics (``computeReplicasForMetrics``), then
 ``normalizeDesiredReplicasWithBehaviors``.
 
 What gpuscale adds, each said in the reason when it applies: ``paused``, a
-``fallback`` count when metrics stop, per-direction ``cooldownSeconds``, a
-decision waiting for the actuator, and another controller on the target.
+``fallback`` count when metrics stop, per-direction ``cooldownSeconds``, the
+actuator's report that it could not apply the desired count, and another
+controller on the target. The step's output is the workload's desired count
+(a decision when it changes), which the actuator converges ``/scale`` to.
 
 Its inputs are in :mod:`.observation`, the evaluation in :mod:`.evaluation`,
 what it hands back and remembers (and the actuator's side) in :mod:`.step`.
@@ -29,18 +31,16 @@ from gpuscale_decider.core.conditions import Reason
 from gpuscale_decider.core.evaluation import (
     Evaluation,
     averages_notes,
-    backing_off,
     evaluate,
+    not_applied,
     shadowed,
-    waiting,
 )
 from gpuscale_decider.core.events import condition_events
 from gpuscale_decider.core.observation import Observation, Target, observation_of, same_window
 from gpuscale_decider.core.replicas import PodView
-from gpuscale_decider.core.state import Pending, ScalerState, TimedValue, clock_bounded
+from gpuscale_decider.core.state import Desired, ScalerState, TimedValue, clock_bounded, record_scale
 from gpuscale_decider.core.status import blocked_status, evaluation_status, status_differs
 from gpuscale_decider.core.step import (
-    RETRY_MAX_S,
     Config,
     Memory,
     Note,
@@ -48,10 +48,10 @@ from gpuscale_decider.core.step import (
     Step,
     Written,
     action_seen,
+    base_count,
     longest_period,
     plan,
-    publish_failed,
-    settle_pending,
+    write_failed,
 )
 
 # The step's inputs, outputs and memory live beside it; callers import them from here.
@@ -68,9 +68,9 @@ __all__ = [
     "action_seen",
     "longest_period",
     "observation_of",
-    "publish_failed",
     "reconcile",
     "same_window",
+    "write_failed",
 ]
 
 _DEFAULTS: Final = Config()
@@ -105,9 +105,8 @@ def reconcile(
             config,
         )
 
-    current = target.replicas
-    state = clock_bounded(memory.state, now, RETRY_MAX_S)
-    state, notes = settle_pending(state, current, now, config, longest_period(spec))
+    state = clock_bounded(memory.state, now)
+    state, current, notes = base_count(state, target.replicas, now, config)
     state = _seen(state, current, now)
     evaluation, state = evaluate(
         spec, current, target, pods, observation, state, now, config.max_metrics_age_s
@@ -141,18 +140,28 @@ def reconcile(
         )
 
     decision: PlannedDecision | None = None
-    if not shadow and evaluation.change:
-        if state.pending is not None:
-            evaluation = waiting(evaluation, state.pending)
-        elif state.retry_at is not None and now < state.retry_at:
-            evaluation = backing_off(evaluation, state, now)
-        else:
-            decision = plan(scaler, evaluation, observation, state, now)
-            state = replace(
-                state, pending=Pending(decision.id, decision.from_replicas, decision.to_replicas, now)
-            )
+    written = state.desired
+    changed = evaluation.change if written is None else evaluation.desired != written.to_replicas
+    if not shadow and changed:
+        # A new desired count (or /scale went elsewhere and the written one is no longer wanted).
+        decision = plan(scaler, evaluation, observation, state, now)
+        if evaluation.change:  # HPA records a scale event once its write succeeded: here, the desired count
+            state = record_scale(state, evaluation.current, evaluation.desired, now, longest_period(spec))
+        state = replace(
+            state,
+            desired=Desired(
+                decision.id,
+                target.replicas,
+                decision.to_replicas,
+                now,
+                settled=target.replicas == decision.to_replicas,
+            ),
+            last_failure="",
+        )
+    elif not shadow and written is not None and written.to_replicas != target.replicas and state.last_failure:
+        evaluation = not_applied(evaluation, state.last_failure)
     last_scale_time = state.last_scale_time
-    final = evaluation
+    final = replace(evaluation, current=target.replicas)  # the status shows /scale's count, as HPA's
     signature = (
         final.current,
         final.desired,

@@ -4,7 +4,7 @@ Purely computational. HPA keeps its recommendation history and scale events
 in controller memory and forgets them on restart; here they are a value
 (:class:`ScalerState`) that the pure step takes and returns, and that the
 shell stores in a JetStream KV bucket, so a restart forgets nothing. The
-decision waiting for the actuator is part of it: a new leader knows it.
+desired count it last wrote is part of it: a new leader knows it.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ class TimedValue:
 
 
 @dataclass(frozen=True, slots=True)
-class Pending:
-    """A published decision the actuator has not reported on yet."""
+class Desired:
+    """The desired count this decider last wrote for the workload (the decision that set it)."""
 
     decision_id: str
     from_replicas: int
     to_replicas: int
-    published_at: float
+    written_at: float
+    settled: bool = False  # /scale showed it, or showed it would not: counted from /scale since
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +50,8 @@ class ScalerState:
     last_scale_down: float | None = None
     last_fresh_metrics: float | None = None
     first_seen: float | None = None
-    pending: Pending | None = None
-    # The actuator could not apply the last decisions: no new one before retry_at.
-    failures: int = 0
-    retry_at: float | None = None
+    desired: Desired | None = None
+    # Why the actuator could not apply the desired count, as it last reported ("": it could).
     last_failure: str = ""
     # Shadow mode: the (from, to) last advised, so advice goes out once per change.
     last_advice: tuple[int, int] | None = None
@@ -65,7 +64,7 @@ class ScalerState:
         return max(times) if times else None
 
     def to_dict(self) -> dict[str, Any]:
-        p = self.pending
+        p = self.desired
         return {
             "recommendations": [[r.ts, r.value] for r in self.recommendations],
             "scale_up_events": [[e.ts, e.value] for e in self.scale_up_events],
@@ -74,9 +73,9 @@ class ScalerState:
             "last_scale_down": self.last_scale_down,
             "last_fresh_metrics": self.last_fresh_metrics,
             "first_seen": self.first_seen,
-            "pending": None if p is None else [p.decision_id, p.from_replicas, p.to_replicas, p.published_at],
-            "failures": self.failures,
-            "retry_at": self.retry_at,
+            "desired": None
+            if p is None
+            else [p.decision_id, p.from_replicas, p.to_replicas, p.written_at, p.settled],
             "last_failure": self.last_failure,
             "last_advice": list(self.last_advice) if self.last_advice is not None else None,
             "queue_capacity": None if (c := self.queue_capacity) is None else [c.ts, c.per_pod],
@@ -106,17 +105,17 @@ class ScalerState:
             v = m.get(key)
             return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
 
-        pending: Pending | None = None
-        raw_p = m.get("pending")
+        desired: Desired | None = None
+        raw_p = m.get("desired")
         if (
             isinstance(raw_p, list)
-            and len(raw_p) == 4
+            and len(raw_p) == 5
             and isinstance(raw_p[0], str)
             and all(isinstance(v, int) and not isinstance(v, bool) for v in raw_p[1:3])
             and isinstance(raw_p[3], int | float)
             and math.isfinite(raw_p[3])
         ):
-            pending = Pending(raw_p[0], raw_p[1], raw_p[2], float(raw_p[3]))
+            desired = Desired(raw_p[0], raw_p[1], raw_p[2], float(raw_p[3]), raw_p[4] is True)
         return cls(
             recommendations=timed("recommendations"),
             scale_up_events=timed("scale_up_events"),
@@ -125,24 +124,22 @@ class ScalerState:
             last_scale_down=opt_ts("last_scale_down"),
             last_fresh_metrics=opt_ts("last_fresh_metrics"),
             first_seen=opt_ts("first_seen"),
-            pending=pending,
-            failures=failures if isinstance(failures := m.get("failures"), int) and failures >= 0 else 0,
-            retry_at=opt_ts("retry_at"),
+            desired=desired,
             last_failure=str(m.get("last_failure") or "")[:500],
             last_advice=_pair(m.get("last_advice")),
             queue_capacity=_capacity(m.get("queue_capacity")),
         )
 
 
-def clock_bounded(state: ScalerState, now: float, longest_retry_s: float) -> ScalerState:
-    """The state with no time after ``now``, and no retry more than ``longest_retry_s`` ahead.
+def clock_bounded(state: ScalerState, now: float) -> ScalerState:
+    """The state with no time after ``now``.
 
     The state outlives the clock that wrote it (another decider replica's, in the
     KV bucket; this one's before it was set back). A time in this clock's future
     would keep its stabilization window, rate period, cooldown or wait for as long
     as the clocks differ, an hour's skew an hour with no scale-down. Read as now,
     each lasts its own length once."""
-    pending, never = state.pending, -math.inf
+    desired, never = state.desired, -math.inf
     # The histories are in time order (appended at now; from_dict sorts): their last is their newest.
     newest = max(
         never if state.last_scale_up is None else state.last_scale_up,
@@ -152,11 +149,10 @@ def clock_bounded(state: ScalerState, now: float, longest_retry_s: float) -> Sca
         state.recommendations[-1].ts if state.recommendations else never,
         state.scale_up_events[-1].ts if state.scale_up_events else never,
         state.scale_down_events[-1].ts if state.scale_down_events else never,
-        never if pending is None else pending.published_at,
+        never if desired is None else desired.written_at,
         never if state.queue_capacity is None else state.queue_capacity.ts,
     )
-    retry_late = state.retry_at is not None and state.retry_at > now + longest_retry_s
-    if newest <= now and not retry_late:
+    if newest <= now:
         return state  # the common case: nothing to bound (evaluated per message: kept cheap)
 
     def bounded(t: float | None) -> float | None:
@@ -174,8 +170,7 @@ def clock_bounded(state: ScalerState, now: float, longest_retry_s: float) -> Sca
         last_scale_down=bounded(state.last_scale_down),
         last_fresh_metrics=bounded(state.last_fresh_metrics),
         first_seen=bounded(state.first_seen),
-        pending=None if pending is None else replace(pending, published_at=min(pending.published_at, now)),
-        retry_at=None if state.retry_at is None else min(state.retry_at, now + longest_retry_s),
+        desired=None if desired is None else replace(desired, written_at=min(desired.written_at, now)),
         queue_capacity=None
         if state.queue_capacity is None
         else replace(state.queue_capacity, ts=min(state.queue_capacity.ts, now)),

@@ -1,5 +1,9 @@
-"""What one reconcile step hands back and remembers, and the actuator's side of a decision:
-a decision waits for its action (or for ``/scale`` to show it, or a timeout) before the next."""
+"""What one reconcile step hands back and remembers, and the desired count it writes.
+
+The decider writes each workload's desired count as state; the actuator converges
+``/scale`` to it (docs/ARCHITECTURE.md#fault-model). Nothing waits on the actuator:
+until ``/scale`` shows a count just written, the step counts from it, as HPA counts
+from the ``spec.replicas`` it wrote."""
 
 from __future__ import annotations
 
@@ -15,18 +19,14 @@ from gpuscale_decider.core.behavior import Direction
 from gpuscale_decider.core.evaluation import Evaluation
 from gpuscale_decider.core.events import EventSpec
 from gpuscale_decider.core.observation import Observation
-from gpuscale_decider.core.state import Pending, ScalerState, record_scale
+from gpuscale_decider.core.state import Desired, ScalerState
 
-# Decision ids are derived, not drawn: the same workload, counts and instant
-# give the same id, so JetStream's de-duplication folds a repeat into one.
+# Decision ids are derived, not drawn: the same workload, counts and instant give the same
+# id, so the record of a change and the actuator's report on it name each other.
 _DECISION_IDS: Final = uuid.UUID("6f1c1a52-8f0e-4a53-9d55-1c6b1c0de1a5")
 # Actions that mean the change was made, and those that mean it could not be.
 _APPLIED_OUTCOMES: Final = frozenset({"applied", "conflict_retried"})
 _FAILED_OUTCOMES: Final = frozenset({"failed", "refused"})
-# After a failed decision, the next waits 5 s, doubling per failure up to 5 min,
-# so a target the actuator cannot scale (RBAC, a webhook) is not hammered.
-_RETRY_FIRST_S: Final = 5.0
-RETRY_MAX_S: Final = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class Memory:
 class Config:
     """The decider's own settings the step needs."""
 
-    actuation_timeout_s: float = 30.0
+    convergence_grace_s: float = 30.0  # /scale not showing a written count after this: /scale is the truth
     status_refresh_s: float = 15.0  # metric values alone move the status this often (HPA's sync period)
     max_metrics_age_s: float | None = None  # never act on metrics older than this (default: the window)
 
@@ -58,9 +58,9 @@ class Config:
 class Note(StrEnum):
     """Facts the shell logs."""
 
-    DECISION_APPLIED = "decision_applied"
+    DESIRED_REACHED = "desired_reached"
     TARGET_CHANGED_ELSEWHERE = "target_changed_elsewhere"
-    DECISION_NOT_APPLIED_IN_TIME = "decision_not_applied_in_time"
+    DESIRED_NOT_REACHED_IN_TIME = "desired_not_reached_in_time"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,38 +78,30 @@ class Step:
     evaluation: Evaluation | None = None
     decision: PlannedDecision | None = None
     status: dict[str, Any] | None = None
-    notes: tuple[tuple[Note, Pending], ...] = ()
+    notes: tuple[tuple[Note, Desired], ...] = ()
     advice: PlannedDecision | None = None  # spec.mode Shadow: what gpuscale would decide
     # Events on the GPUScaler for the conditions that changed with this status
     # (the decision's own Event is recorded once it is published).
     events: tuple[EventSpec, ...] = ()
 
 
-def action_seen(state: ScalerState, action: Action, now: float, longest_period_s: int) -> ScalerState:
-    """The actuator reported on a decision. Only a change that was made counts
-    for the rate policies and cooldowns (HPA stores a scale event after its
-    update succeeded); any final outcome ends the wait."""
-    pending = state.pending
-    if pending is None or action.decision_id != pending.decision_id:
+def action_seen(state: ScalerState, action: Action) -> ScalerState:
+    """The actuator's report on the desired count: kept for the status only (``FailedRescale``);
+    the next evaluation reads the outcome from ``/scale``."""
+    desired = state.desired
+    if desired is None or action.decision_id != desired.decision_id:
         return state
-    state = replace(state, pending=None)
     if action.outcome in _APPLIED_OUTCOMES:
-        before = pending.from_replicas if action.replicas_before is None else action.replicas_before
-        after = pending.to_replicas if action.replicas_after is None else action.replicas_after
-        state = replace(state, failures=0, retry_at=None, last_failure="")
-        state = record_scale(state, before, after, now, longest_period_s)
-    elif action.outcome in _FAILED_OUTCOMES:
-        failures = state.failures + 1
-        wait = min(RETRY_MAX_S, _RETRY_FIRST_S * 2 ** min(failures - 1, 16))
-        why = (action.error or action.outcome)[:300]
-        state = replace(state, failures=failures, retry_at=now + wait, last_failure=why)
+        return replace(state, last_failure="")
+    if action.outcome in _FAILED_OUTCOMES:
+        return replace(state, last_failure=(action.error or action.outcome)[:300])
     return state
 
 
-def publish_failed(state: ScalerState, decision_id: str) -> ScalerState:
-    """The decision never left: decide afresh at the next message."""
-    if state.pending is not None and state.pending.decision_id == decision_id:
-        return replace(state, pending=None)
+def write_failed(state: ScalerState, decision_id: str) -> ScalerState:
+    """The desired count never reached the bucket: write it again at the next evaluation."""
+    if state.desired is not None and state.desired.decision_id == decision_id:
+        return replace(state, desired=None)
     return state
 
 
@@ -118,24 +110,28 @@ def longest_period(spec: GPUScalerSpec) -> int:
     return max(periods, default=0)
 
 
-def settle_pending(
-    state: ScalerState, current: int, now: float, config: Config, longest_period_s: int
-) -> tuple[ScalerState, tuple[tuple[Note, Pending], ...]]:
-    """A decision still waiting for its action report: the scale subresource
-    may already show the outcome (the report can be lost: it is core NATS)."""
-    pending = state.pending
-    if pending is None:
-        return state, ()
-    if current == pending.to_replicas:
-        state = record_scale(
-            replace(state, pending=None), pending.from_replicas, current, now, longest_period_s
+def base_count(
+    state: ScalerState, current: int, now: float, config: Config
+) -> tuple[ScalerState, int, tuple[tuple[Note, Desired], ...]]:
+    """The count this step starts from: the one just written while ``/scale`` still shows
+    the count it was written at (the actuator is on its way), else ``/scale``'s."""
+    desired = state.desired
+    if desired is None or desired.settled:
+        return state, current, ()
+    if current == desired.to_replicas:
+        return (
+            replace(state, desired=replace(desired, settled=True)),
+            current,
+            ((Note.DESIRED_REACHED, desired),),
         )
-        return state, ((Note.DECISION_APPLIED, pending),)
-    if current != pending.from_replicas:
-        return replace(state, pending=None), ((Note.TARGET_CHANGED_ELSEWHERE, pending),)
-    if now - pending.published_at >= config.actuation_timeout_s:
-        return replace(state, pending=None), ((Note.DECISION_NOT_APPLIED_IN_TIME, pending),)
-    return state, ()
+    if current == desired.from_replicas and now - desired.written_at < config.convergence_grace_s:
+        return state, desired.to_replicas, ()
+    note = (
+        Note.TARGET_CHANGED_ELSEWHERE
+        if current != desired.from_replicas
+        else Note.DESIRED_NOT_REACHED_IN_TIME
+    )
+    return replace(state, desired=replace(desired, settled=True)), current, ((note, desired),)
 
 
 def plan(
@@ -147,6 +143,7 @@ def plan(
     groups = next((p.groups for p in evaluation.proposals if p.groups is not None), None)
     inputs: dict[str, Any] = {
         "gpuscaler": scaler.key,
+        "gpuscaler_generation": scaler.generation,
         "averages": dict(evaluation.usage or {}),
         # What each average is (window mean, recent mean, estimated demand): a screen names it so.
         "averages_basis": {
