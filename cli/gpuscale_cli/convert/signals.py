@@ -26,9 +26,9 @@ class Source:
 
 
 # dcgm-exporter's names (DCGM_FI_*), Alibaba Cloud's per-process DCGM fields
-# (DCGM_CUSTOM_PROCESS_*, seed 001) and the older gpu-prometheus-exporter
+# (DCGM_CUSTOM_PROCESS_*) and the older gpu-prometheus-exporter
 # behind prometheus-adapter rules (nvidia_gpu_* renamed *_current and
-# *_over_time, seeds 003 and 004).
+# *_over_time).
 KNOWN: Final[dict[str, Source]] = {
     "DCGM_FI_DEV_GPU_UTIL": Source("gpu_util", 1.0, "%"),
     "DCGM_FI_PROF_SM_ACTIVE": Source("sm_active", 0.01, "ratio 0..1"),
