@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
@@ -117,3 +118,15 @@ async def kube_sim() -> AsyncIterator[KubeSim]:
         yield sim
     finally:
         await sim.stop()
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts and then says nothing (a filtered or hung server)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        yield int(s.getsockname()[1])
+    finally:
+        s.close()

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -146,17 +145,6 @@ def test_status_with_a_missing_kubeconfig_is_one_line_and_exits_1(tmp_path: Path
     line = one_line_error(gpuscale("status", "--kubeconfig", str(tmp_path / "nope")), "status")
     assert "does not exist" in line
     assert "--kubeconfig" in line
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    try:
-        yield int(s.getsockname()[1])
-    finally:
-        s.close()
 
 
 @pytest.fixture

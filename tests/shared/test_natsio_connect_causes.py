@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -24,18 +23,6 @@ PASSWORD = "hunter2-not-for-logs"  # noqa: S105 - a made-up one, to show it neve
 def closed_port() -> int:
     """A loopback port nothing listens on (picked, then let go)."""
     return free_port("127.0.0.1")
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts and then says nothing (a filtered or hung server)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    try:
-        yield int(s.getsockname()[1])
-    finally:
-        s.close()
 
 
 @pytest.fixture
