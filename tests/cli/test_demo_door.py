@@ -100,6 +100,8 @@ def until_ok(line: str, want: str) -> subprocess.CompletedProcess[str]:
         time.sleep(1.0)
 
 
+@pytest.mark.serial  # nine processes and three clients: alone, so a busy machine starts them in time
+@pytest.mark.timeout(600)  # each wait below has its own deadline; together they may pass the default 120 s
 def test_the_demo_moves_off_a_taken_port_and_its_printed_lines_reach_it(
     default_ui_port_taken: None, tmp_path: Path
 ) -> None:
