@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from gpuscale_kubesim import load as loadmod
+from gpuscale_kubesim.cluster import load as loadmod
 
 DEFAULT_PREFILL_TOKENS_PER_GPU_S = 12_000.0
 DEFAULT_DECODE_TOKENS_PER_GPU_S = 2_500.0

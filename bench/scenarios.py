@@ -88,12 +88,12 @@ from gpuscale_cli.demo.processes import ProcessGroup
 from gpuscale_cli.demo.report import NEEDED_PER_POD, Provisioning, needed_replicas, provisioning
 from gpuscale_decider.core.reconcile import Config, Memory, Observation, Target, reconcile
 from gpuscale_decider.core.replicas import PodView
-from gpuscale_kubesim import load as loadmod
-from gpuscale_kubesim import scenarios as sim_scenarios
+from gpuscale_kubesim.apiserver.store import Store
 from gpuscale_kubesim.cluster import ClusterPlayer, Now
+from gpuscale_kubesim.cluster import load as loadmod
+from gpuscale_kubesim.cluster import scenarios as sim_scenarios
 from gpuscale_kubesim.cluster.inference import Endpoint, InferenceWorkloads, WaitAccount
 from gpuscale_kubesim.sim import KubeSim
-from gpuscale_kubesim.store import Store
 
 NAMESPACE = "default"
 NODES, GPUS_PER_NODE = 4, 32

@@ -23,16 +23,16 @@ from aiohttp import web
 
 from gpuscale.logging import get_logger
 from gpuscale.simfeed import NODE_GPUS_PATH
-from gpuscale_kubesim import authn, scenarios
-from gpuscale_kubesim import load as loadmod
-from gpuscale_kubesim.cluster import ClusterPlayer
-from gpuscale_kubesim.errors import ApiError, bad_request
-from gpuscale_kubesim.faults import Faults
-from gpuscale_kubesim.podnet import LoopbackNetwork, PodServers
-from gpuscale_kubesim.resources import ResourceDef
-from gpuscale_kubesim.selectors import label_selector as parse_labels
-from gpuscale_kubesim.server import ApiServer, error_response
-from gpuscale_kubesim.store import Store
+from gpuscale_kubesim.apiserver import authn
+from gpuscale_kubesim.apiserver.errors import ApiError, bad_request
+from gpuscale_kubesim.apiserver.faults import Faults
+from gpuscale_kubesim.apiserver.resources import ResourceDef
+from gpuscale_kubesim.apiserver.selectors import label_selector as parse_labels
+from gpuscale_kubesim.apiserver.server import ApiServer, error_response
+from gpuscale_kubesim.apiserver.store import Store
+from gpuscale_kubesim.cluster import ClusterPlayer, scenarios
+from gpuscale_kubesim.cluster import load as loadmod
+from gpuscale_kubesim.cluster.podnet import LoopbackNetwork, PodServers
 
 Obj = dict[str, Any]
 

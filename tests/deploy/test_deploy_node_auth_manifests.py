@@ -23,7 +23,7 @@ from gpuscale import settings as settings_mod
 from gpuscale.embedded_nats import find_binary
 from gpuscale_collector.settings import CollectorSettings
 from gpuscale_kubesim import KubeSim
-from gpuscale_kubesim.server import Grant
+from gpuscale_kubesim.apiserver.server import Grant
 from gpuscale_natsauth.settings import NatsAuthSettings
 
 from ..kubesim.conftest import Kubectl

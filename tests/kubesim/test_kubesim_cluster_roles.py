@@ -6,11 +6,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gpuscale_kubesim import load as loadmod
-from gpuscale_kubesim import scenarios
-from gpuscale_kubesim.cluster import ClusterPlayer, Now
-from gpuscale_kubesim.resources import format_time
-from gpuscale_kubesim.store import Store
+from gpuscale_kubesim.apiserver.resources import format_time
+from gpuscale_kubesim.apiserver.store import Store
+from gpuscale_kubesim.cluster import ClusterPlayer, Now, scenarios
+from gpuscale_kubesim.cluster import load as loadmod
 
 from ..k8s_objects import gpu_workload
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuscale_kubesim.resources import from_crd
+from gpuscale_kubesim.apiserver.resources import from_crd
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_CRD = REPO / "deploy" / "cluster" / "crd-gpuscaler.yaml"

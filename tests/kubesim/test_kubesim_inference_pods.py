@@ -14,12 +14,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuscale_kubesim import load as loadmod
-from gpuscale_kubesim import scenarios
-from gpuscale_kubesim.cluster import ClusterPlayer
+from gpuscale_kubesim.apiserver.store import Store
+from gpuscale_kubesim.cluster import ClusterPlayer, scenarios
+from gpuscale_kubesim.cluster import load as loadmod
 from gpuscale_kubesim.cluster.inference import Endpoint, EngineConfig, EnginePod, endpoint_of
 from gpuscale_kubesim.sim import KubeSim
-from gpuscale_kubesim.store import Store
 
 from ..k8s_objects import gpu_workload, vllm_annotations
 from ..waiting import eventually

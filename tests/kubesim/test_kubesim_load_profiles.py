@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuscale_kubesim import load
+from gpuscale_kubesim.cluster import load
 from gpuscale_kubesim.sim import profile_from
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from gpuscale.labels import selector_string
-from gpuscale_kubesim.errors import ApiError
-from gpuscale_kubesim.patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
-from gpuscale_kubesim.selectors import field_selector, label_selector
+from gpuscale_kubesim.apiserver.errors import ApiError
+from gpuscale_kubesim.apiserver.patch import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, apply_patch
+from gpuscale_kubesim.apiserver.selectors import field_selector, label_selector
 
 
 @dataclass(frozen=True)

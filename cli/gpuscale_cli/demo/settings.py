@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscale.settings import LOG_LEVELS, choice, non_empty, option, path, port, positive_float, seconds
-from gpuscale_kubesim.load import parse_profile
+from gpuscale_kubesim.cluster.load import parse_profile
 
 LLM_PROFILE = "llm"
 

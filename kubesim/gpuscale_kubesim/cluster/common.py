@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from gpuscale_kubesim.resources import ResourceDef
+from gpuscale_kubesim.apiserver.resources import ResourceDef
 
 Obj = dict[str, Any]
 GPU_RESOURCE: Final = "nvidia.com/gpu"

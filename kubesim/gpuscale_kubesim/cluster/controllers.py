@@ -10,9 +10,9 @@ import copy
 import random
 from collections.abc import Mapping
 
-from gpuscale_kubesim.errors import ApiError
-from gpuscale_kubesim.resources import ResourceDef, format_time
-from gpuscale_kubesim.store import Store, random_suffix
+from gpuscale_kubesim.apiserver.errors import ApiError
+from gpuscale_kubesim.apiserver.resources import ResourceDef, format_time
+from gpuscale_kubesim.apiserver.store import Store, random_suffix
 
 from .common import Now, Obj, PodState, controller_uid, drop_zero, hash_chars, invert, owner_ref
 from .events import Recorder

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 
 from gpuscale.logging import get_logger
-from gpuscale_kubesim.errors import ApiError
-from gpuscale_kubesim.resources import ResourceDef, format_time
-from gpuscale_kubesim.store import Store
+from gpuscale_kubesim.apiserver.errors import ApiError
+from gpuscale_kubesim.apiserver.resources import ResourceDef, format_time
+from gpuscale_kubesim.apiserver.store import Store
 
 from .common import Obj
 

@@ -14,9 +14,9 @@ import copy
 import uuid
 from collections.abc import Callable
 
-from gpuscale_kubesim.errors import ApiError
-from gpuscale_kubesim.resources import ResourceDef, format_time
-from gpuscale_kubesim.store import Store
+from gpuscale_kubesim.apiserver.errors import ApiError
+from gpuscale_kubesim.apiserver.resources import ResourceDef, format_time
+from gpuscale_kubesim.apiserver.store import Store
 
 from .common import CountingNetwork, Now, Obj, PodNetwork, PodState, existing_transition
 from .inference import endpoint_of

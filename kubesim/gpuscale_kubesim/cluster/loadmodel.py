@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuscale.simfeed import FeedGpu, FeedOwner, FeedWorkload, NodeGpus
-from gpuscale_kubesim import load as loadmod
-from gpuscale_kubesim.errors import ApiError
-from gpuscale_kubesim.resources import ResourceDef
-from gpuscale_kubesim.store import Store
+from gpuscale_kubesim.apiserver.errors import ApiError
+from gpuscale_kubesim.apiserver.resources import ResourceDef
+from gpuscale_kubesim.apiserver.store import Store
 
+from . import load as loadmod
 from .common import LOAD_ANNOTATION, Now, Obj, Owner, PodState
 from .inference import Endpoint, EngineConfig, InferenceWorkloads, endpoint_of, render_vllm
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from gpuscale.logging import get_logger
 from gpuscale.simfeed import NodeGpus
-from gpuscale_kubesim import load as loadmod
-from gpuscale_kubesim.store import Change, Store
+from gpuscale_kubesim.apiserver.store import Change, Store
 
+from . import load as loadmod
 from .common import Now, Obj, PodNetwork, must
 from .controllers import WorkloadControllers
 from .events import Recorder

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from gpuscale_kubesim.resources import ResourceDef, format_time
-from gpuscale_kubesim.store import Store
+from gpuscale_kubesim.apiserver.resources import ResourceDef, format_time
+from gpuscale_kubesim.apiserver.store import Store
 
 from .common import GPU_RESOURCE, Now, Obj, existing_transition, gpus_requested
 from .events import Recorder

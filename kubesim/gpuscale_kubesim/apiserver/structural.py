@@ -14,7 +14,7 @@ What the apiextensions API server does to a custom resource on every write:
    or equal to 0``), as field errors with kube-openapi's paths (array items
    as ``spec.metrics.0``).
 
-CEL rules (``x-kubernetes-validations``) are in :mod:`gpuscale_kubesim.cel`.
+CEL rules (``x-kubernetes-validations``) are in :mod:`gpuscale_kubesim.apiserver.cel`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from gpuscale_kubesim import fielderrors as fe
-from gpuscale_kubesim.fielderrors import FieldError
+from gpuscale_kubesim.apiserver import fielderrors as fe
+from gpuscale_kubesim.apiserver.fielderrors import FieldError
 
 Obj = dict[str, Any]
 PRESERVE = "x-kubernetes-preserve-unknown-fields"

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gpuscale_kubesim.errors import ApiError, bad_request
+from gpuscale_kubesim.apiserver.errors import ApiError, bad_request
 
 Obj = dict[str, Any]
 Predicate = Callable[[Obj], bool]

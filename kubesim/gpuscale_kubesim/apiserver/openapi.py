@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from gpuscale_kubesim import patch, typed
-from gpuscale_kubesim.resources import ResourceDef
+from gpuscale_kubesim.apiserver import patch, typed
+from gpuscale_kubesim.apiserver.resources import ResourceDef
 
 Obj = dict[str, Any]
 _REF = re.compile(r'"#/definitions/([^"]+)"')

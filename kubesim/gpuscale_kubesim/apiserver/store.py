@@ -23,11 +23,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscale.labels import selector_string
-from gpuscale_kubesim import checks, convert, patch
-from gpuscale_kubesim.checks import WriteOptions
-from gpuscale_kubesim.errors import ApiError, already_exists, bad_request, conflict, gone, invalid, not_found
-from gpuscale_kubesim.resources import Registry, ResourceDef, format_time, from_crd
-from gpuscale_kubesim.selectors import Predicate
+from gpuscale_kubesim.apiserver import checks, convert, patch
+from gpuscale_kubesim.apiserver.checks import WriteOptions
+from gpuscale_kubesim.apiserver.errors import (
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    gone,
+    invalid,
+    not_found,
+)
+from gpuscale_kubesim.apiserver.resources import Registry, ResourceDef, format_time, from_crd
+from gpuscale_kubesim.apiserver.selectors import Predicate
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)

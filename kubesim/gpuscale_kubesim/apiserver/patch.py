@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpuscale_kubesim.errors import ApiError, bad_request
+from gpuscale_kubesim.apiserver.errors import ApiError, bad_request
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

@@ -18,9 +18,9 @@ from typing import Any
 
 import cel as celengine
 
-from gpuscale_kubesim import fielderrors as fe
-from gpuscale_kubesim.fielderrors import FieldError
-from gpuscale_kubesim.structural import child_path
+from gpuscale_kubesim.apiserver import fielderrors as fe
+from gpuscale_kubesim.apiserver.fielderrors import FieldError
+from gpuscale_kubesim.apiserver.structural import child_path
 
 Obj = dict[str, Any]
 RULES = "x-kubernetes-validations"

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from gpuscale_kubesim.load import H100_FB_MIB, H100_MODEL
+from .load import H100_FB_MIB, H100_MODEL
 
 Obj = dict[str, Any]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from gpuscale_kubesim.errors import ApiError
-from gpuscale_kubesim.structural import is_integer, json_type
+from gpuscale_kubesim.apiserver.errors import ApiError
+from gpuscale_kubesim.apiserver.structural import is_integer, json_type
 
 Obj = dict[str, Any]
 DATA_FILE = "data/builtin-openapi.json.gz"

@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gpuscale_kubesim import fielderrors as fe
-from gpuscale_kubesim.fielderrors import FieldError, GoLiteral
+from gpuscale_kubesim.apiserver import fielderrors as fe
+from gpuscale_kubesim.apiserver.fielderrors import FieldError, GoLiteral
 
 Obj = dict[str, Any]
 Errors = list[FieldError]

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscale_kubesim import cel, structural, typed, validation
-from gpuscale_kubesim import fielderrors as fe
-from gpuscale_kubesim.errors import ApiError, bad_request
-from gpuscale_kubesim.fielderrors import FieldError
-from gpuscale_kubesim.resources import ResourceDef
+from gpuscale_kubesim.apiserver import cel, structural, typed, validation
+from gpuscale_kubesim.apiserver import fielderrors as fe
+from gpuscale_kubesim.apiserver.errors import ApiError, bad_request
+from gpuscale_kubesim.apiserver.fielderrors import FieldError
+from gpuscale_kubesim.apiserver.resources import ResourceDef
 
 Obj = dict[str, Any]
 FIELD_VALIDATIONS = ("Strict", "Warn", "Ignore")

@@ -39,12 +39,12 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
-from gpuscale_kubesim import fielderrors as fe
-from gpuscale_kubesim import typed
-from gpuscale_kubesim.checks import WriteOptions, report_unknown
-from gpuscale_kubesim.errors import ApiError, bad_request
-from gpuscale_kubesim.resources import ResourceDef, format_time
-from gpuscale_kubesim.store import Store
+from gpuscale_kubesim.apiserver import fielderrors as fe
+from gpuscale_kubesim.apiserver import typed
+from gpuscale_kubesim.apiserver.checks import WriteOptions, report_unknown
+from gpuscale_kubesim.apiserver.errors import ApiError, bad_request
+from gpuscale_kubesim.apiserver.resources import ResourceDef, format_time
+from gpuscale_kubesim.apiserver.store import Store
 
 Obj = dict[str, Any]
 

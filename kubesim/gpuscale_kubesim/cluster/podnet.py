@@ -25,8 +25,9 @@ from aiohttp import web
 
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import OncePerKey, get_logger
-from gpuscale_kubesim.cluster import ClusterPlayer
-from gpuscale_kubesim.cluster.inference import endpoint_of
+
+from .inference import endpoint_of
+from .player import ClusterPlayer
 
 Obj = dict[str, Any]
 _TRIES: Final = 64

@@ -20,14 +20,14 @@ import yaml
 from aiohttp import web
 
 from gpuscale.logging import get_logger
-from gpuscale_kubesim import authn, openapi, openapi_proto, tables
-from gpuscale_kubesim.checks import WriteOptions
-from gpuscale_kubesim.errors import ApiError, bad_request, status_body
-from gpuscale_kubesim.faults import Faults
-from gpuscale_kubesim.patch import PATCH_TYPES, unsupported_patch
-from gpuscale_kubesim.resources import ResourceDef
-from gpuscale_kubesim.selectors import field_selector, label_selector
-from gpuscale_kubesim.store import Store
+from gpuscale_kubesim.apiserver import authn, openapi, openapi_proto, tables
+from gpuscale_kubesim.apiserver.checks import WriteOptions
+from gpuscale_kubesim.apiserver.errors import ApiError, bad_request, status_body
+from gpuscale_kubesim.apiserver.faults import Faults
+from gpuscale_kubesim.apiserver.patch import PATCH_TYPES, unsupported_patch
+from gpuscale_kubesim.apiserver.resources import ResourceDef
+from gpuscale_kubesim.apiserver.selectors import field_selector, label_selector
+from gpuscale_kubesim.apiserver.store import Store
 
 Obj = dict[str, Any]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

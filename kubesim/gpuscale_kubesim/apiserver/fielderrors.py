@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpuscale_kubesim.errors import ApiError
+from gpuscale_kubesim.apiserver.errors import ApiError
 
 
 class _Omit:

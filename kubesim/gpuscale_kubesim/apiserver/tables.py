@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuscale_kubesim.resources import ResourceDef
+from gpuscale_kubesim.apiserver.resources import ResourceDef
 
 Obj = dict[str, Any]
 
