@@ -23,90 +23,47 @@ MessagePack (that is :mod:`gpuscale.codec`).
 
 from __future__ import annotations
 
-import math
-import re
-import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
 from typing import Annotated, Any, ClassVar, Final
 
 import msgspec
 from msgspec import UNSET as UNSET  # re-exported: the aggregator marks absent metrics with it
 from msgspec import Meta, Struct, UnsetType
 
-WIRE_VERSION: Final = 1
-# A clock skew allowance: producers' clocks may run ahead, but not by this much.
-MAX_FUTURE_SKEW_S: Final = 60.0
-# Counts per message, far above any real node or workload, so that one
-# message cannot make a consumer walk millions of entries: 16 GPUs of 7 MIG
-# devices is 112; MPS serves at most 48 clients per GPU; a metrics message
-# of 100,000 pods is already beyond NATS' default 1 MB payload.
-MAX_GPUS_PER_NODE: Final = 512
-MAX_OWNERS_PER_GPU: Final = 256
-MAX_PODS_PER_WORKLOAD: Final = 100_000
-HEALTH_OK: Final = "ok"
-
-# --- the limits, as types ----------------------------------------------------------
-# Every float has both bounds so that NaN and ±inf are rejected (a comparison
-# with NaN is false); the largest finite double is the bound where the
-# contract sets none.
-
-_FINITE: Final = sys.float_info.max
-
-Percent = Annotated[float, Meta(ge=0.0, le=100.0)]
-NonNegative = Annotated[float, Meta(ge=0.0, le=_FINITE)]
-Timestamp = Annotated[float, Meta(ge=0.0, le=_FINITE, description="unix seconds")]
-Celsius = Annotated[float, Meta(ge=-273.0, le=1000.0)]
-IntervalS = Annotated[float, Meta(ge=0.001, le=3600.0)]
-WindowS = Annotated[float, Meta(ge=0.001, le=_FINITE)]
-# What a policy may ask an aggregator to keep: a day is far above any averaging window.
-MAX_REQUESTED_WINDOW_S: Final = 86_400.0
-RequestedWindowS = Annotated[float, Meta(ge=0.001, le=MAX_REQUESTED_WINDOW_S)]
-Count = Annotated[int, Meta(ge=0)]
-Text = Annotated[str, Meta(min_length=1)]
-# Kubernetes names (apimachinery's validation): a namespace and a container
-# name are DNS-1123 labels (63), object and node names DNS-1123 subdomains
-# (253); a kind is a CamelCase name, 63 is generous.
-Namespace = Annotated[str, Meta(min_length=1, max_length=63)]
-ObjectName = Annotated[str, Meta(min_length=1, max_length=253)]
-KindName = Annotated[str, Meta(min_length=1, max_length=63)]
-ContainerName = Annotated[str, Meta(max_length=63)]  # empty: not known
-PodUid = Annotated[str, Meta(max_length=128)]  # empty: not known
-ApiVersion = Annotated[str, Meta(min_length=1, max_length=253)]
-OptionalNamespace = Annotated[str, Meta(max_length=63)]
-OptionalKind = Annotated[str, Meta(max_length=63)]
-OptionalName = Annotated[str, Meta(max_length=253)]
-# A process's name: a pod or host name, with a partition suffix where it has one.
-SenderName = Annotated[str, Meta(min_length=1, max_length=253)]
-
-
-class WireError(ValueError):
-    """A message that breaks the contract. ``code`` is one of
-    :data:`ERROR_CODES` (a metrics label: low cardinality); ``detail`` is for
-    people and names the field (``$.gpus[0].util``); ``path`` is that field."""
-
-    def __init__(self, code: str, detail: str, path: str = "") -> None:
-        super().__init__(f"{code}: {detail}")
-        self.code = code
-        self.detail = detail
-        self.path = path
-
-
-# The reasons a payload is rejected. Consumers add their own few
-# (subject_mismatch, bad_subject, node_mismatch, too_old) on the same label.
-ERROR_CODES: Final = (
-    "undecodable",
-    "not_a_map",
-    "wrong_version",
-    "missing_field",
-    "wrong_type",
-    "out_of_range",
-    "not_finite",
-    "future_timestamp",
-    "invalid",
-)
+# The limits and the rejections live in their own modules; callers import the whole contract from here.
+from gpuscale.wire_limits import ERROR_CODES as ERROR_CODES
+from gpuscale.wire_limits import HEALTH_OK as HEALTH_OK
+from gpuscale.wire_limits import MAX_FUTURE_SKEW_S as MAX_FUTURE_SKEW_S
+from gpuscale.wire_limits import MAX_GPUS_PER_NODE as MAX_GPUS_PER_NODE
+from gpuscale.wire_limits import MAX_OWNERS_PER_GPU as MAX_OWNERS_PER_GPU
+from gpuscale.wire_limits import MAX_PODS_PER_WORKLOAD as MAX_PODS_PER_WORKLOAD
+from gpuscale.wire_limits import MAX_REQUESTED_WINDOW_S as MAX_REQUESTED_WINDOW_S
+from gpuscale.wire_limits import WIRE_VERSION as WIRE_VERSION
+from gpuscale.wire_limits import ApiVersion as ApiVersion
+from gpuscale.wire_limits import Celsius as Celsius
+from gpuscale.wire_limits import ContainerName as ContainerName
+from gpuscale.wire_limits import Count as Count
+from gpuscale.wire_limits import IntervalS as IntervalS
+from gpuscale.wire_limits import KindName as KindName
+from gpuscale.wire_limits import Namespace as Namespace
+from gpuscale.wire_limits import NonNegative as NonNegative
+from gpuscale.wire_limits import ObjectName as ObjectName
+from gpuscale.wire_limits import OptionalKind as OptionalKind
+from gpuscale.wire_limits import OptionalName as OptionalName
+from gpuscale.wire_limits import OptionalNamespace as OptionalNamespace
+from gpuscale.wire_limits import Percent as Percent
+from gpuscale.wire_limits import PodUid as PodUid
+from gpuscale.wire_limits import RequestedWindowS as RequestedWindowS
+from gpuscale.wire_limits import SenderName as SenderName
+from gpuscale.wire_limits import Text as Text
+from gpuscale.wire_limits import Timestamp as Timestamp
+from gpuscale.wire_limits import WindowS as WindowS
+from gpuscale.wire_limits import WireError as WireError
+from gpuscale.wire_rejections import classify as classify
+from gpuscale.wire_rejections import rejection as rejection
+from gpuscale.wire_rejections import unknown_fields as unknown_fields
 
 
 class _Wire(Struct, frozen=True, gc=False):
@@ -482,122 +439,3 @@ class WindowRequest(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VER
 
 Message = SampleBatch | WorkloadMetrics | Decision | Action | WindowRequest
 MESSAGE_TYPES: Final = (SampleBatch, WorkloadMetrics, Decision, Action, WindowRequest)
-
-
-# --- rejections: msgspec's error, as our reason codes ------------------------------
-
-# msgspec's messages: "Expected `int`, got `str` - at `$.seq`",
-# "Expected `float` >= 0.0 - at `$.ts`", "Object missing required field `id`",
-# "Invalid enum value 'maybe' - at `$.outcome`", "Invalid value 2 - at `$.v`".
-_AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.DOTALL)
-_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]*)`")
-_CONSTRAINT = re.compile(r"^Expected `[^`]*` (?:of length )?(?:>=|<=|>|<)")
-_PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
-
-
-def rejection(message: str, payload: Callable[[], Any]) -> WireError:
-    """A msgspec validation message about a whole payload, as a :class:`WireError`.
-
-    ``payload`` gives the payload decoded without a schema (called only here,
-    on the rejection path): the envelope is judged first, as a reader would
-    (not a map, no ``v``, another ``v``), then the message is classified.
-    """
-    raw = payload()
-    if not isinstance(raw, dict):
-        return WireError("not_a_map", f"payload must be a map, got {_type_name(raw)}", "$")
-    if "v" not in raw:
-        return WireError("missing_field", "$.v is missing", "$.v")
-    v = raw["v"]
-    if type(v) is not int or v != WIRE_VERSION:
-        return WireError("wrong_version", f"v={v!r}, this consumer speaks v{WIRE_VERSION}", "$.v")
-    return classify(message, raw)
-
-
-def classify(message: str, raw: Any, base: str = "$") -> WireError:
-    """One msgspec validation message as our code. ``raw`` is the value the
-    message's path starts from; ``base`` is that value's own path in the payload
-    (``$.gpus[3]`` for one GPU entry checked alone). A value out of range that
-    is NaN or infinite is ``not_finite``."""
-    m = _AT.match(message)
-    what, where = (m.group("what"), m.group("path") or "$") if m else (message, "$")
-    path = base + where[1:]
-    missing = _MISSING.match(what)
-    if missing:
-        path = f"{path}.{missing.group('field')}"
-        return WireError("missing_field", f"{path} is missing", path)
-    if what.startswith("Expected `") and ", got `" in what:
-        return WireError("wrong_type", f"{path}: {what}", path)
-    if _CONSTRAINT.match(what) or what.startswith("Invalid enum value"):
-        value = _at(raw, where)
-        if isinstance(value, float) and not math.isfinite(value):
-            return WireError("not_finite", f"{path} must be finite, got {value}", path)
-        return WireError("out_of_range", f"{path}: {what}", path)
-    return WireError("invalid", f"{path}: {what}", path)
-
-
-_TYPE_NAMES: Final[dict[type, str]] = {dict: "map", list: "array", str: "string", bytes: "bytes"}
-
-
-def _type_name(value: Any) -> str:
-    return _TYPE_NAMES.get(type(value), type(value).__name__)
-
-
-def _at(raw: Any, path: str) -> Any:
-    """The value at a msgspec path (``$.gpus[0].util``) in an untyped payload, or None."""
-    node = raw
-    for name, index in _PATH_STEP.findall(path):
-        try:
-            node = node[name] if name else node[int(index)]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return node
-
-
-# --- fields and metric names this reader does not know -----------------------------
-
-
-@cache
-def _known_fields(cls: type[Struct]) -> tuple[frozenset[str], dict[str, type[Struct]]]:
-    """A Struct's wire names, and the Structs nested under its fields (lists included)."""
-    info = msgspec.inspect.type_info(cls)
-    assert isinstance(info, msgspec.inspect.StructType)
-    names = {f.encode_name for f in info.fields}
-    if info.tag_field is not None:
-        names.add(info.tag_field)
-    nested: dict[str, type[Struct]] = {}
-    for f in info.fields:
-        t: Any = f.type
-        while True:
-            if isinstance(t, msgspec.inspect.UnionType):
-                structs = [x for x in t.types if isinstance(x, msgspec.inspect.StructType)]
-                t = structs[0] if structs else None
-            elif isinstance(t, msgspec.inspect.ListType | msgspec.inspect.VarTupleType):
-                t = t.item_type
-            else:
-                break
-        if isinstance(t, msgspec.inspect.StructType):
-            nested[f.encode_name] = t.cls
-    return frozenset(names), nested
-
-
-def unknown_fields(payload: Any, cls: type[Struct], prefix: str = "") -> set[str]:
-    """Keys of an untyped payload that ``cls`` does not know, as dotted paths
-    without list indexes (``gpus.owners.vendor``, ``averages.tokens_per_s``).
-    Free-form maps (a decision's ``inputs``) are not looked into."""
-    out: set[str] = set()
-    if not isinstance(payload, dict):
-        return out
-    names, nested = _known_fields(cls)
-    for key, value in payload.items():
-        if key not in names:
-            out.add(f"{prefix}{key}")
-            continue
-        child = nested.get(key)
-        if child is None:
-            continue
-        if isinstance(value, list):
-            for item in value:
-                out |= unknown_fields(item, child, f"{prefix}{key}.")
-        else:
-            out |= unknown_fields(value, child, f"{prefix}{key}.")
-    return out

@@ -13,13 +13,28 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpuscale.logging import get_logger
 from gpuscale.wire import HEALTH_OK
 from gpuscale_collector.backends import nvml_api as api
 from gpuscale_collector.backends.base import BackendUnavailable
+from gpuscale_collector.backends.nvml_devices import (
+    FIELDS,
+    GPM_TO_DCGM,
+    MIG_RESCAN_TICKS,
+    NVLINK_FIELDS,
+    UTIL_UNSUPPORTED,
+    Gpm,
+    Gpu,
+    Mig,
+    mig_health,
+    pct,
+)
+
+# Re-exported: the tests count calls in these units.
+from gpuscale_collector.backends.nvml_devices import SLOW_EVERY_TICKS as SLOW_EVERY_TICKS
+from gpuscale_collector.backends.nvml_devices import XID_EVENTS_PER_TICK as XID_EVENTS_PER_TICK
 from gpuscale_collector.core.exposition import MigInfo
 from gpuscale_collector.core.readings import DcgmFields, DeviceReading, ProcessReading
 
@@ -29,30 +44,6 @@ LIBRARY_MISSING_HELP = (
     "NVML is not available ({error}): run the collector on a GPU node with the NVIDIA driver "
     "(libnvidia-ml.so.1) mounted into the container, or use --backend sim for simulated GPUs"
 )
-# MIG layouts change only when an admin reconfigures the GPU: look again now and then.
-MIG_RESCAN_TICKS = 30
-# Counters that change slowly and cost milliseconds a call (energy 3-5 ms, row remapper
-# ~1.5 ms on an H200): read every this many ticks, the last value served between.
-SLOW_EVERY_TICKS = 10
-# At most this many XID events taken from a GPU's event set per tick (the last one is shown).
-XID_EVENTS_PER_TICK = 16
-# One nvmlDeviceGetFieldValues per GPU per tick: memory temperature and NVLink data (KiB, all links).
-FIELDS = (
-    "NVML_FI_DEV_MEMORY_TEMP",
-    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
-    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
-)
-NVLINK_FIELDS = frozenset(FIELDS[1:])
-# GPM metric -> (DCGM field, factor to dcgm-exporter's unit): % -> ratio, MiB/s -> B/s.
-GPM_TO_DCGM = {
-    "NVML_GPM_METRIC_GRAPHICS_UTIL": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.01),
-    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.01),
-    "NVML_GPM_METRIC_DRAM_BW_UTIL": ("DCGM_FI_PROF_DRAM_ACTIVE", 0.01),
-    "NVML_GPM_METRIC_PCIE_TX_PER_SEC": ("DCGM_FI_PROF_PCIE_TX_BYTES", float(api.MIB)),
-    "NVML_GPM_METRIC_PCIE_RX_PER_SEC": ("DCGM_FI_PROF_PCIE_RX_BYTES", float(api.MIB)),
-}
-UTIL_UNSUPPORTED = "UtilizationNotSupported"
-NO_SAMPLE_YET = "NoSampleYet"
 
 
 def init_or_explain() -> None:
@@ -65,48 +56,6 @@ def init_or_explain() -> None:
         raise BackendUnavailable(f"NVML failed to initialise: {e}") from None
 
 
-@dataclass
-class _Gpm:
-    """Two GPM sample buffers used in turn: each tick's metric spans the interval."""
-
-    samples: list[Any]
-    have_previous: bool = False
-    current: int = 0
-
-
-@dataclass
-class _Mig:
-    handle: Any
-    uuid: str
-    model: str
-    gpu_instance_id: int
-    compute_instance_id: int
-    gpm: _Gpm | None = None
-    unsupported: set[str] = field(default_factory=set)
-    process_since_us: int = 0
-
-
-@dataclass
-class _Gpu:
-    index: int
-    handle: Any
-    uuid: str
-    model: str
-    unsupported: set[str] = field(default_factory=set)
-    lost: str | None = None  # the error name while lost
-    gpm: _Gpm | None = None
-    gpm_checked: bool = False
-    process_since_us: int = 0
-    migs: list[_Mig] = field(default_factory=list)
-    mig_on: bool = False
-    ticks_since_mig_scan: int = MIG_RESCAN_TICKS
-    pci_bus_id: str = ""
-    xid_set: Any = None  # the NVML event set of this GPU's critical XIDs
-    xid: int | None = None  # last XID since start; None until the event set exists
-    slow: dict[str, float] = field(default_factory=dict)  # SLOW_EVERY_TICKS values, last read
-    ticks_since_slow: int = SLOW_EVERY_TICKS
-
-
 class NvmlBackend:
     name = "nvml"
     provides_owners = False
@@ -114,7 +63,7 @@ class NvmlBackend:
     def __init__(self, on_error: Callable[[str], None] | None = None) -> None:
         self._on_error = on_error or (lambda _call: None)
         self._executor: ThreadPoolExecutor | None = None
-        self._gpus: list[_Gpu] = []
+        self._gpus: list[Gpu] = []
         self._log = get_logger(component="nvml")
         self._logged: set[tuple[str, ...]] = set()
         self._mig_info: dict[str, MigInfo] = {}
@@ -139,7 +88,7 @@ class NvmlBackend:
         self._field_ids = api.field_ids(FIELDS)
         self._gpm_ids = api.gpm_metric_ids()
         for index in range(count):
-            gpu = _Gpu(index=index, handle=None, uuid=f"GPU-unknown-{index}", model="")
+            gpu = Gpu(index=index, handle=None, uuid=f"GPU-unknown-{index}", model="")
             try:
                 gpu.handle = api.handle_by_index(index)
                 gpu.uuid = api.uuid(gpu.handle)
@@ -200,16 +149,16 @@ class NvmlBackend:
                 out.append(self._unhealthy(gpu))
         return out
 
-    def _unhealthy(self, gpu: _Gpu) -> DeviceReading:
+    def _unhealthy(self, gpu: Gpu) -> DeviceReading:
         return DeviceReading(uuid=gpu.uuid, index=gpu.index, model=gpu.model, health=gpu.lost or "Unknown")
 
-    def _free_xid_events(self, gpu: _Gpu) -> None:
+    def _free_xid_events(self, gpu: Gpu) -> None:
         if gpu.xid_set is not None:
             with contextlib.suppress(api.NvmlError):
                 api.free_events(gpu.xid_set)
             gpu.xid_set = None
 
-    def _mark_lost(self, gpu: _Gpu, e: api.NvmlError) -> None:
+    def _mark_lost(self, gpu: Gpu, e: api.NvmlError) -> None:
         gpu.lost = e.name
         self._free_xid_events(gpu)
         gpu.slow = {}
@@ -219,7 +168,7 @@ class NvmlBackend:
         self._on_error("gpu_lost")
         self._log.error("gpu_lost", gpu=gpu.index, uuid=gpu.uuid, error=str(e))
 
-    def _try_recover(self, gpu: _Gpu) -> bool:
+    def _try_recover(self, gpu: Gpu) -> bool:
         """One call per tick to see whether a lost GPU answers again."""
         try:
             handle = api.handle_by_index(gpu.index)
@@ -240,7 +189,7 @@ class NvmlBackend:
         self._log.info("gpu_recovered", gpu=gpu.index, uuid=gpu.uuid)
         return True
 
-    def _optional(self, owner: _Gpu | _Mig, call: str, fn: Callable[[], T]) -> T | None:
+    def _optional(self, owner: Gpu | Mig, call: str, fn: Callable[[], T]) -> T | None:
         """Run one NVML call; None when unsupported (then never again) or failing."""
         if call in owner.unsupported:
             return None
@@ -264,7 +213,7 @@ class NvmlBackend:
             self._logged.add(key)
             self._log.warning(event, **kw)
 
-    def _read_gpu(self, gpu: _Gpu) -> list[DeviceReading]:
+    def _read_gpu(self, gpu: Gpu) -> list[DeviceReading]:
         h = gpu.handle
         gpu.ticks_since_mig_scan += 1
         if gpu.ticks_since_mig_scan >= MIG_RESCAN_TICKS:
@@ -292,14 +241,14 @@ class NvmlBackend:
                 fb_free_mib=None if mem is None else round(mem[1], 1),
                 temp_c=temp,
                 power_w=None if power is None else round(power, 3),
-                sm_active=_pct(gpm.get("NVML_GPM_METRIC_SM_UTIL")),
+                sm_active=pct(gpm.get("NVML_GPM_METRIC_SM_UTIL")),
                 health=health,
                 processes=processes,
                 dcgm=self._dcgm(gpu, device, mem, gpm),
             )
         ]
 
-    def _memory(self, owner: _Gpu | _Mig, handle: Any) -> tuple[float, float, float | None] | None:
+    def _memory(self, owner: Gpu | Mig, handle: Any) -> tuple[float, float, float | None] | None:
         """(used, free, reserved) MiB: v2 where the driver has it (used without the reserve,
         as DCGM counts it), else v1 (used includes it) with no reserved figure."""
         v2 = self._optional(owner, "memory_v2", lambda: api.memory_v2_mib(handle))
@@ -310,7 +259,7 @@ class NvmlBackend:
         v1 = self._optional(owner, "memory", lambda: api.memory_mib(handle))
         return None if v1 is None else (v1[0], v1[1], None)
 
-    def _device_fields(self, gpu: _Gpu) -> list[tuple[str, float]]:
+    def _device_fields(self, gpu: Gpu) -> list[tuple[str, float]]:
         """The whole board's dcgm-only values this tick (a MIG device shows its parent's)."""
         h = gpu.handle
         if not gpu.pci_bus_id:
@@ -333,7 +282,7 @@ class NvmlBackend:
         self._poll_xid(gpu)
         return values
 
-    def _fields(self, gpu: _Gpu) -> dict[str, float]:
+    def _fields(self, gpu: Gpu) -> dict[str, float]:
         """NVML field values, one call; a field NVML refuses is not asked again."""
         ids = {n: i for n, i in self._field_ids.items() if f"field:{n}" not in gpu.unsupported}
         if not ids:
@@ -349,7 +298,7 @@ class NvmlBackend:
                 out[name] = value
         return out
 
-    def _slow_fields(self, gpu: _Gpu) -> dict[str, float]:
+    def _slow_fields(self, gpu: Gpu) -> dict[str, float]:
         gpu.ticks_since_slow += 1
         if gpu.ticks_since_slow < SLOW_EVERY_TICKS:
             return gpu.slow
@@ -370,7 +319,7 @@ class NvmlBackend:
         gpu.slow = {name: value for name, value in read if value is not None}
         return gpu.slow
 
-    def _poll_xid(self, gpu: _Gpu) -> None:
+    def _poll_xid(self, gpu: Gpu) -> None:
         """Take the XIDs pending on the GPU's event set (0 ms waits); keep the last."""
         if gpu.xid_set is None:
             gpu.xid_set = self._optional(gpu, "xid_events", lambda: api.xid_events(gpu.handle))
@@ -388,7 +337,7 @@ class NvmlBackend:
 
     def _dcgm(
         self,
-        gpu: _Gpu,
+        gpu: Gpu,
         device: list[tuple[str, float]],
         mem: tuple[float, float, float | None] | None,
         gpm: dict[str, float],
@@ -404,12 +353,12 @@ class NvmlBackend:
             pci_bus_id=gpu.pci_bus_id, driver_version=self._driver, values=tuple(values), xid=gpu.xid
         )
 
-    def _scan_mig(self, gpu: _Gpu) -> None:
+    def _scan_mig(self, gpu: Gpu) -> None:
         enabled = self._optional(gpu, "mig_mode", lambda: api.mig_enabled(gpu.handle))
         if not enabled:
             gpu.mig_on, gpu.migs = False, []
             return
-        found: list[_Mig] = []
+        found: list[Mig] = []
         known = {m.uuid: m for m in gpu.migs}
         for mh in self._optional(gpu, "mig_devices", lambda: api.mig_devices(gpu.handle)) or []:
             try:
@@ -418,7 +367,7 @@ class NvmlBackend:
                     found.append(known[mig_uuid])
                     continue
                 gi, ci = api.mig_ids(mh)
-                mig = _Mig(mh, mig_uuid, api.name(mh), gi, ci, process_since_us=api.now_us())
+                mig = Mig(mh, mig_uuid, api.name(mh), gi, ci, process_since_us=api.now_us())
             except api.NvmlGpuLost:
                 raise
             except api.NvmlError as e:
@@ -431,8 +380,8 @@ class NvmlBackend:
 
     def _read_mig(
         self,
-        gpu: _Gpu,
-        mig: _Mig,
+        gpu: Gpu,
+        mig: Mig,
         temp: float | None,
         power: float | None,
         device: list[tuple[str, float]],
@@ -444,8 +393,8 @@ class NvmlBackend:
             if self._gpm_parent_ok(gpu)
             else {}
         )
-        sm_active = _pct(gpm.get("NVML_GPM_METRIC_SM_UTIL"))
-        graphics = _pct(gpm.get("NVML_GPM_METRIC_GRAPHICS_UTIL"))
+        sm_active = pct(gpm.get("NVML_GPM_METRIC_SM_UTIL"))
+        graphics = pct(gpm.get("NVML_GPM_METRIC_GRAPHICS_UTIL"))
         processes = self._processes(mig, mig.handle)
         return DeviceReading(
             uuid=mig.uuid,
@@ -461,12 +410,12 @@ class NvmlBackend:
             mig_parent=gpu.uuid,
             mig_gi=mig.gpu_instance_id,
             mig_ci=mig.compute_instance_id,
-            health=_mig_health(graphics, gpm_ok=self._gpm_parent_ok(gpu) and "gpm" not in mig.unsupported),
+            health=mig_health(graphics, gpm_ok=self._gpm_parent_ok(gpu) and "gpm" not in mig.unsupported),
             processes=processes,
             dcgm=self._dcgm(gpu, device, mem, gpm),
         )
 
-    def _gpm_parent_ok(self, gpu: _Gpu) -> bool:
+    def _gpm_parent_ok(self, gpu: Gpu) -> bool:
         if not gpu.gpm_checked:
             gpu.gpm_checked = True
             supported = self._optional(gpu, "gpm_support", lambda: api.gpm_supported(gpu.handle))
@@ -474,10 +423,10 @@ class NvmlBackend:
                 gpu.unsupported.add("gpm")
         return "gpm" not in gpu.unsupported
 
-    def _gpm_values(self, owner: _Gpu | _Mig, take: Callable[[Any], None]) -> dict[str, float]:
+    def _gpm_values(self, owner: Gpu | Mig, take: Callable[[Any], None]) -> dict[str, float]:
         """GPM metrics over the last interval (NVML's units) from two samples, by metric
         name; empty until two samples exist. A metric NVML refuses is not asked again."""
-        if isinstance(owner, _Gpu) and not self._gpm_parent_ok(owner):
+        if isinstance(owner, Gpu) and not self._gpm_parent_ok(owner):
             return {}
         if "gpm" in owner.unsupported:
             return {}
@@ -485,7 +434,7 @@ class NvmlBackend:
             allocated = self._optional(owner, "gpm", lambda: [api.gpm_alloc(), api.gpm_alloc()])
             if allocated is None:
                 return {}
-            owner.gpm = _Gpm(allocated)
+            owner.gpm = Gpm(allocated)
         gpm = owner.gpm
         current = gpm.samples[gpm.current]
         if self._optional(owner, "gpm_sample", lambda: _done(take, current)) is None:
@@ -505,7 +454,7 @@ class NvmlBackend:
         gpm.current = 1 - gpm.current
         return result
 
-    def _failed(self, owner: _Gpu | _Mig, call: str, e: api.NvmlError) -> None:
+    def _failed(self, owner: Gpu | Mig, call: str, e: api.NvmlError) -> None:
         """One part of a batched call failed: counted, and not asked again if unsupported."""
         self._on_error(call)
         if isinstance(e, api.NvmlNotSupported):
@@ -514,7 +463,7 @@ class NvmlBackend:
         else:
             self._once("nvml_call_failed", uuid=owner.uuid, call=call, error=e.name)
 
-    def _processes(self, owner: _Gpu | _Mig, handle: Any) -> tuple[ProcessReading, ...] | None:
+    def _processes(self, owner: Gpu | Mig, handle: Any) -> tuple[ProcessReading, ...] | None:
         procs = self._optional(owner, "processes", lambda: api.compute_processes(handle))
         since = owner.process_since_us
         samples = self._optional(owner, "process_utilization", lambda: api.process_utilization(handle, since))
@@ -528,7 +477,7 @@ class NvmlBackend:
             ProcessReading(
                 pid=p.pid,
                 fb_used_mib=None if p.used_mib is None else round(p.used_mib, 1),
-                sm_util=_pct(sum(sm_by_pid[p.pid]) / len(sm_by_pid[p.pid])) if p.pid in sm_by_pid else None,
+                sm_util=pct(sum(sm_by_pid[p.pid]) / len(sm_by_pid[p.pid])) if p.pid in sm_by_pid else None,
             )
             for p in procs
         )
@@ -537,14 +486,3 @@ class NvmlBackend:
 def _done(take: Callable[[Any], None], sample: Any) -> bool:
     take(sample)
     return True
-
-
-def _mig_health(graphics: float | None, *, gpm_ok: bool) -> str:
-    if graphics is not None:
-        return HEALTH_OK
-    # Without GPM a MIG device has no utilization at all; with it, the first tick has one sample.
-    return NO_SAMPLE_YET if gpm_ok else UTIL_UNSUPPORTED
-
-
-def _pct(v: float | None) -> float | None:
-    return None if v is None else round(min(max(v, 0.0), 100.0), 2)

@@ -13,21 +13,8 @@ here. :class:`PageReader` does the same selection on the bytes as they stream
 in, within :class:`PageLimits` (a page is a tenant's: what it may cost is
 bounded, docs/ARCHITECTURE.md#fault-model).
 
-What is read (the names as the engines' own sources and docs spell them;
-samples in tests/fixtures/engine_metrics):
-
-| engine | requests_waiting | requests_running | kv_cache_usage (0-1 fraction → %) | requests_finished (counters) |
-|---|---|---|---|---|
-| vLLM (V1 and V0) | ``vllm:num_requests_waiting`` | ``vllm:num_requests_running`` | ``vllm:kv_cache_usage_perc``, else the deprecated ``vllm:gpu_cache_usage_perc`` | ``vllm:request_success_total`` (every ``finished_reason``: stop, length, abort) |
-| SGLang | ``sglang:num_queue_reqs`` | ``sglang:num_running_reqs`` | ``sglang:token_usage`` | ``sglang:e2e_request_latency_seconds_count`` (one observation per finished request) |
-| TGI | ``tgi_queue_size`` | ``tgi_batch_current_size`` | (none: TGI exposes no KV gauge) | ``tgi_request_success`` + ``tgi_request_failure`` |
-| Triton | ``nv_inference_pending_request_count`` | | | ``nv_inference_request_success`` + ``nv_inference_request_failure`` |
-| Triton + TensorRT-LLM | ``nv_trt_llm_request_metrics{request_type="waiting"}`` | ``…{request_type="active"}`` | ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`` | (Triton's) |
-
-Queue and running counts are summed over every series of the family (one
-per vLLM engine under data parallelism, one per Triton model, and over the
-engines of a pod that runs several); KV-cache usage is the mean over the
-engines' series (each engine has its own pool).
+The table of what is read is :mod:`~gpuscale_collector.core.engine_series`; the page's
+selection and limits are :mod:`~gpuscale_collector.core.engine_page`.
 
 The gauges say how much work is in the pod now, not how much is coming: a
 pod that keeps up holds a short queue at any load. Demand is a flow, so the
@@ -45,10 +32,28 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Final, Literal, NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from gpuscale.wire import EngineSignals
+
+# The table and the page reader live beside this module; callers import them from here.
+from gpuscale_collector.core.engine_page import DEFAULT_MAX_LABEL_BYTES as DEFAULT_MAX_LABEL_BYTES
+from gpuscale_collector.core.engine_page import DEFAULT_MAX_PAGE_BYTES as DEFAULT_MAX_PAGE_BYTES
+from gpuscale_collector.core.engine_page import DEFAULT_MAX_PAGE_LINES as DEFAULT_MAX_PAGE_LINES
+from gpuscale_collector.core.engine_page import DEFAULT_MAX_SERIES as DEFAULT_MAX_SERIES
+from gpuscale_collector.core.engine_page import DEFAULT_MAX_SERIES_BYTES as DEFAULT_MAX_SERIES_BYTES
+from gpuscale_collector.core.engine_page import DEFAULT_PARSE_BUDGET_S as DEFAULT_PARSE_BUDGET_S
+from gpuscale_collector.core.engine_page import PAGE_REFUSALS as PAGE_REFUSALS
+from gpuscale_collector.core.engine_page import PageLimits as PageLimits
+from gpuscale_collector.core.engine_page import PageReader as PageReader
+from gpuscale_collector.core.engine_page import PageRefused as PageRefused
+from gpuscale_collector.core.engine_page import select_lines as select_lines
+from gpuscale_collector.core.engine_series import FINISHED as FINISHED
+from gpuscale_collector.core.engine_series import FINISHED_BY_FAMILY as FINISHED_BY_FAMILY
+from gpuscale_collector.core.engine_series import SERIES as SERIES
+from gpuscale_collector.core.engine_series import FinishedCounter as FinishedCounter
+from gpuscale_collector.core.engine_series import Series as Series
+from gpuscale_collector.core.engine_series import Signal as Signal
 
 # --- where to scrape -------------------------------------------------------------
 
@@ -111,212 +116,8 @@ def scrape_target(ip: str, annotations: Mapping[str, str] | None) -> ScrapeTarge
     return ScrapeTarget(f"http://{host}:{int(port_text)}{path}", source)
 
 
-# --- what is read ---------------------------------------------------------------------
-
-
-class Signal(StrEnum):
-    WAITING = "requests_waiting"
-    RUNNING = "requests_running"
-    KV = "kv_cache_usage"
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """One family read here: which engine, which signal, and how."""
-
-    engine: str
-    signal: Signal
-    fraction: bool = False  # a 0-1 fraction (reported as %)
-    label: tuple[str, str] | None = None  # only samples with this label value
-    fallback_for: str | None = None  # read only when this family is absent
-
-
-SERIES: Final[Mapping[str, tuple[Series, ...]]] = {
-    "vllm:num_requests_waiting": (Series("vllm", Signal.WAITING),),
-    "vllm:num_requests_running": (Series("vllm", Signal.RUNNING),),
-    "vllm:kv_cache_usage_perc": (Series("vllm", Signal.KV, fraction=True),),
-    "vllm:gpu_cache_usage_perc": (
-        Series("vllm", Signal.KV, fraction=True, fallback_for="vllm:kv_cache_usage_perc"),
-    ),
-    "sglang:num_queue_reqs": (Series("sglang", Signal.WAITING),),
-    "sglang:num_running_reqs": (Series("sglang", Signal.RUNNING),),
-    "sglang:token_usage": (Series("sglang", Signal.KV, fraction=True),),
-    "tgi_queue_size": (Series("tgi", Signal.WAITING),),
-    "tgi_batch_current_size": (Series("tgi", Signal.RUNNING),),
-    "nv_inference_pending_request_count": (Series("triton", Signal.WAITING),),
-    "nv_trt_llm_request_metrics": (
-        Series("triton", Signal.WAITING, label=("request_type", "waiting")),
-        Series("triton", Signal.RUNNING, label=("request_type", "active")),
-    ),
-    "nv_trt_llm_kv_cache_block_metrics": (
-        Series("triton", Signal.KV, fraction=True, label=("kv_cache_block_type", "fraction")),
-    ),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class FinishedCounter:
-    """A family that counts finished requests: a counter, or a histogram whose
-    ``_count`` gains one per finished request."""
-
-    engine: str
-    family: str  # as the parser names it from its TYPE line (a counter's without ``_total``)
-    kind: Literal["counter", "histogram"] = "counter"
-
-    @property
-    def sample(self) -> str:
-        """The samples summed, as the parser names them."""
-        return self.family + ("_total" if self.kind == "counter" else "_count")
-
-
-FINISHED: Final = (
-    FinishedCounter("vllm", "vllm:request_success"),  # every finished_reason: stop, length, abort
-    FinishedCounter("sglang", "sglang:e2e_request_latency_seconds", kind="histogram"),
-    FinishedCounter("tgi", "tgi_request_success"),
-    FinishedCounter("tgi", "tgi_request_failure"),
-    FinishedCounter("triton", "nv_inference_request_success"),
-    FinishedCounter("triton", "nv_inference_request_failure"),
-)
-# Without a TYPE line the parser names the family after its samples as written
-# (``vllm:request_success_total``, TGI's bare ``tgi_request_success``).
-_FINISHED_BY_FAMILY: Final[Mapping[str, FinishedCounter]] = {
-    name: spec for spec in FINISHED for name in (spec.family, spec.sample)
-}
 # A fraction a little above 1 is rounding in the engine (e.g. 1.0000001); more is not a fraction.
 _FRACTION_SLACK: Final = 1e-6
-# Lines the shell hands to the parser: the samples of these families and their
-# TYPE lines (a sample line starts with its family's name: gauges have no suffix,
-# counters ``_total`` or none). Of a histogram only ``_count``: its buckets are
-# most of the page.
-_LINE_PREFIXES: Final = (
-    tuple(SERIES)
-    + tuple(f"# TYPE {name}" for name in SERIES)
-    + tuple(spec.family if spec.kind == "counter" else spec.sample for spec in FINISHED)
-    + tuple(f"# TYPE {spec.family}" for spec in FINISHED)
-)
-
-
-def select_lines(text: str) -> str:
-    """The lines of ``text`` that belong to the families read here (and their
-    TYPE lines), for the parser. Others may share a prefix
-    (``vllm:num_requests_waiting_by_priority``): they parse as families of
-    their own names, which :func:`recognise` does not read. A histogram
-    family with only its ``_count`` parses as that histogram."""
-    return "\n".join(line for line in text.splitlines() if line.startswith(_LINE_PREFIXES))
-
-
-# --- what a page may cost ---------------------------------------------------------------
-
-# Defaults, each far above what a real engine serves (tests/fixtures/engine_metrics:
-# 3-10 KiB, 9-115 lines, 1-24 lines kept, lines of at most 322 bytes; a vLLM pod
-# with 8 data-parallel engines ~4k lines, a Triton pod of 100 models ~700 kept).
-DEFAULT_MAX_PAGE_BYTES: Final = 2**20
-DEFAULT_MAX_PAGE_LINES: Final = 20_000
-DEFAULT_MAX_SERIES: Final = 1_000
-DEFAULT_MAX_SERIES_BYTES: Final = 2_048
-DEFAULT_MAX_LABEL_BYTES: Final = 64 * 1024
-# A net for parse costs the other bounds miss, never met by a page they accept (~9 ms idle;
-# over 50 ms was seen on a node whose cores were all busy).
-DEFAULT_PARSE_BUDGET_S: Final = 0.25
-PAGE_REFUSALS: Final = ("too_large", "too_many_lines", "too_many_series", "label_bytes", "parse_time")
-
-
-@dataclass(frozen=True, slots=True)
-class PageLimits:
-    """What one pod's page may cost: the page (bytes, lines), and what is kept of it
-    for the parser (series, bytes of one series' line, bytes of them all)."""
-
-    max_bytes: int = DEFAULT_MAX_PAGE_BYTES
-    max_lines: int = DEFAULT_MAX_PAGE_LINES
-    max_series: int = DEFAULT_MAX_SERIES
-    max_series_bytes: int = DEFAULT_MAX_SERIES_BYTES
-    max_label_bytes: int = DEFAULT_MAX_LABEL_BYTES
-
-
-class PageRefused(Exception):
-    """A page over one of its limits; ``reason`` is a bounded label (PAGE_REFUSALS)."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-_BYTE_PREFIXES: Final = tuple(p.encode() for p in _LINE_PREFIXES)
-_LONGEST_PREFIX: Final = max(len(p) for p in _BYTE_PREFIXES)
-
-
-class PageReader:
-    """A page read as it streams in: only the lines :func:`select_lines` would keep
-    are held, so memory does not grow with the page, and the page is refused at the
-    first limit it passes. Bytes in, bytes out (the shell decodes what is kept)."""
-
-    def __init__(self, limits: PageLimits) -> None:
-        self.limits = limits
-        self.size = 0
-        self.lines = 0
-        self.kept: list[bytes] = []
-        self.kept_bytes = 0
-        self._tail = b""  # the line the last chunk ended in
-        self._skipping = False  # inside a long line that is not kept: drop it as it comes
-
-    def feed(self, chunk: bytes) -> None:
-        limits = self.limits
-        self.size += len(chunk)
-        if self.size > limits.max_bytes:
-            raise PageRefused("too_large", f"more than {limits.max_bytes} bytes")
-        if self._skipping:
-            end = chunk.find(b"\n")
-            if end < 0:
-                return
-            chunk = chunk[end + 1 :]
-            self._skipping = False
-            self._count(1)
-        lines = (self._tail + chunk).split(b"\n")
-        self._tail = lines.pop()
-        self._count(len(lines))
-        self._keep([line for line in lines if line.startswith(_BYTE_PREFIXES)])
-        if len(self._tail) > max(limits.max_series_bytes, _LONGEST_PREFIX):
-            if self._tail.startswith(_BYTE_PREFIXES):
-                self._too_long()
-            self._tail = b""
-            self._skipping = True
-
-    def finish(self) -> list[bytes]:
-        """The kept lines, once the page has ended."""
-        if self._tail and not self._skipping:
-            self._count(1)
-            if self._tail.startswith(_BYTE_PREFIXES):
-                self._keep([self._tail])
-        self._tail = b""
-        return self.kept
-
-    def _count(self, lines: int) -> None:
-        self.lines += lines
-        if self.lines > self.limits.max_lines:
-            raise PageRefused("too_many_lines", f"more than {self.limits.max_lines} lines")
-
-    def _keep(self, lines: list[bytes]) -> None:
-        if not lines:
-            return
-        limits = self.limits
-        if len(self.kept) + len(lines) > limits.max_series:
-            raise PageRefused(
-                "too_many_series", f"more than {limits.max_series} lines of the engine series read"
-            )
-        if max(map(len, lines)) > limits.max_series_bytes:
-            self._too_long()
-        self.kept_bytes += sum(map(len, lines))
-        if self.kept_bytes > limits.max_label_bytes:
-            raise PageRefused(
-                "label_bytes", f"the engine series read hold more than {limits.max_label_bytes} bytes"
-            )
-        self.kept.extend(lines)
-
-    def _too_long(self) -> None:
-        raise PageRefused(
-            "label_bytes", f"a line of an engine series longer than {self.limits.max_series_bytes} bytes"
-        )
 
 
 class SampleLike(Protocol):
@@ -463,8 +264,8 @@ def recognise(families: Iterable[FamilyLike]) -> EngineReading:
     for family in families:
         if family.name in SERIES:
             by_name.setdefault(family.name, []).append(family)
-        elif family.name in _FINISHED_BY_FAMILY:
-            counters.append((_FINISHED_BY_FAMILY[family.name], family))
+        elif family.name in FINISHED_BY_FAMILY:
+            counters.append((FINISHED_BY_FAMILY[family.name], family))
     sums: dict[Signal, float] = {}
     kv: list[float] = []
     engines: set[str] = set()
