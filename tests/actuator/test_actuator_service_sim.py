@@ -312,7 +312,9 @@ async def test_survives_a_nats_outage(
         second = decision(from_=3, to=4)
         await publish(nats_client, second)
         assert (await actions.wait_for(second.id, timeout_s=20)).outcome in SUCCESS
-        assert actuator.metric("gpuscale_nats_reconnects_total") >= 1
+        await eventually(
+            lambda: actuator.metric("gpuscale_nats_reconnects_total") >= 1, 20, "the reconnect counted"
+        )
     assert await replicas_of(kube_sim) == 4
 
 

@@ -21,31 +21,30 @@ from collections.abc import Hashable, Sequence
 from typing import Any, Final
 
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.clockwatch import ClockWatch
 from gpuscale.codec import Reader
 from gpuscale.logging import LogThrottle, OncePerKey, get_logger
-from gpuscale.natsio import NATS, connect, declare_stream, drain, is_connected, jetstream
+from gpuscale.natsio import NATS, connect, drain, is_connected
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.steadyclock import SteadyClock
-from gpuscale.subjects import SubjectError, WorkloadKey
-from gpuscale.wire import UNSET, SampleBatch, WindowRequest, WireError, WorkloadMetrics
+from gpuscale.subjects import SubjectError
+from gpuscale.wire import UNSET, SampleBatch, WindowRequest, WireError
 
 from .core import scaleout
 from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, REJECTED, Aggregator
 from .core.window import WindowConfig
+from .metrics import KIND, OBSERVE_EVERY, AggregatorMetrics
+from .publishing import MetricsPublisher, every
+from .replay import PENDING_BYTES_LIMIT, PENDING_MSGS_LIMIT, read_stream
 from .settings import AggregatorSettings
+from .windows import WindowRequests
+
+__all__ = ["AggregatorMetrics", "AggregatorService", "main", "serve"]
 
 SERVICE: Final = "aggregator"
-KIND: Final = SampleBatch.KIND
-# Held while a slow cycle runs: nats-py drops (slow consumer) beyond these.
-PENDING_MSGS_LIMIT: Final = 1_000_000
-PENDING_BYTES_LIMIT: Final = 512 * 1024 * 1024
-REPLAY_FETCH: Final = 5_000
 YIELD_EVERY: Final = 64
 # Live batches held while the replay runs (~2.5 KB each for an 8-GPU node).
 HELD_LIMIT: Final = 200_000
@@ -53,139 +52,8 @@ HELD_LIMIT: Final = 200_000
 # so a long cycle does not hold incoming batches back.
 PUBLISH_SLICE: Final = 100
 GC_GEN0_THRESHOLD: Final = 20_000
-DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024  # NATS' own default, until the server says
 CLOCK_CHECK_S: Final = 10.0  # how often nodes' clock offsets are looked at for the log
 WALL_STEP_WARN_S: Final = 1.0  # a wall clock this far from the steady one has stepped: said once
-# Processing-time histograms observe one batch in this many (cheap hot path).
-OBSERVE_EVERY: Final = 8
-_FAST_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-_AGE_BUCKETS: Final = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-
-
-class AggregatorMetrics:
-    def __init__(self, ctx: ServiceContext) -> None:
-        registry = ctx.metrics.registry
-        self.batches_in = ctx.metrics.messages_in.labels(kind=KIND)
-        self.rejected = ctx.metrics.messages_rejected
-        ctx.metrics.reads(KIND, (NODE_MISMATCH,))  # born at 0: an alert sees the first rejection
-        ctx.metrics.reads(WindowRequest.KIND)
-        self.metrics_out = ctx.metrics.messages_out.labels(kind="metrics")
-        self.samples_in = Counter(
-            "gpuscale_aggregator_gpu_samples_total",
-            "GPU samples taken into the windows (one per GPU entry of an accepted batch)",
-            registry=registry,
-        )
-        self.gpus_rejected = Counter(
-            "gpuscale_aggregator_gpu_samples_rejected_total",
-            "GPU entries dropped from otherwise sound batches, by reason",
-            ["reason"],
-            registry=registry,
-        )
-        self.ignored = Counter(
-            "gpuscale_aggregator_batches_ignored_total",
-            "Valid batches not used: duplicate, out_of_order, too_old (before the window), replay_overlap",
-            ["reason"],
-            registry=registry,
-        )
-        self.seq_resets = Counter(
-            "gpuscale_aggregator_seq_resets_total",
-            "Batches accepted with a lower seq because their ts is newer (collector restarted)",
-            registry=registry,
-        )
-        self.workloads = Gauge(
-            "gpuscale_aggregator_workloads", "Workloads with samples in the window", registry=registry
-        )
-        self.pods = Gauge("gpuscale_aggregator_pods", "Pods with samples in the window", registry=registry)
-        self.publish_seconds = Histogram(
-            "gpuscale_aggregator_publish_cycle_seconds",
-            "Work of one publish cycle (expire, compute, encode, publish every workload)",
-            buckets=_FAST_BUCKETS,
-            registry=registry,
-        )
-        self.publish_wall_seconds = Histogram(
-            "gpuscale_aggregator_publish_cycle_wall_seconds",
-            "Start to end of one publish cycle, including the batches handled between its slices",
-            buckets=_FAST_BUCKETS,
-            registry=registry,
-        )
-        self.process_seconds = Histogram(
-            "gpuscale_aggregator_batch_processing_seconds",
-            f"Receive to window updated for one batch (1 in {OBSERVE_EVERY} observed)",
-            buckets=_FAST_BUCKETS,
-            registry=registry,
-        )
-        self.batch_age = Histogram(
-            "gpuscale_aggregator_batch_age_seconds",
-            f"Batch ts to window updated: transit + queueing + processing, and its node's clock offset "
-            f"(1 in {OBSERVE_EVERY} observed)",
-            buckets=_AGE_BUCKETS,
-            registry=registry,
-        )
-        self.replay_seconds = Gauge(
-            "gpuscale_aggregator_replay_seconds", "Duration of the last start-up replay", registry=registry
-        )
-        self.replayed = Counter(
-            "gpuscale_aggregator_replayed_batches_total",
-            "Batches read back from the stream at start-up",
-            registry=registry,
-        )
-        self.too_large_total = Counter(
-            "gpuscale_aggregator_metrics_too_large_total",
-            "Metrics messages not published: larger than the NATS server's max_payload",
-            registry=registry,
-        )
-        self.too_large = Gauge(
-            "gpuscale_aggregator_workloads_too_large",
-            "Workloads whose metrics message exceeded max_payload in the last publish cycle",
-            registry=registry,
-        )
-        self.backlog = Gauge(
-            "gpuscale_aggregator_live_backlog",
-            "Batches received but not yet processed (nats-py pending queue)",
-            registry=registry,
-        )
-        self.window_requests = Counter(
-            "gpuscale_aggregator_window_requests_total",
-            "Window requests taken (result: as_asked, clamped) or not (too_many_workloads); "
-            'undecodable ones are in gpuscale_messages_rejected_total{kind="windows"}',
-            ["result"],
-            registry=registry,
-        )
-        self.windowed = Gauge(
-            "gpuscale_aggregator_workload_windows",
-            "Workloads averaged over a window their GPUScaler asked for",
-            registry=registry,
-        )
-        self.wall_step = Gauge(
-            "gpuscale_aggregator_wall_clock_step_seconds",
-            "How far the host's wall clock has stepped since start (negative: back); the window "
-            "keeps its own steady time (the wall clock at start plus monotonic seconds), timestamps "
-            "in and out follow the wall clock",
-            registry=registry,
-        )
-        self.capacity_changes = Counter(
-            "gpuscale_aggregator_capacity_change_publishes_total",
-            "Metrics messages published out of the cycle: a workload's capacity changed (a pod "
-            "became ready) and every pod has been measured since",
-            registry=registry,
-        )
-        self.saturations = Counter(
-            "gpuscale_aggregator_saturation_publishes_total",
-            "Metrics messages published out of the cycle: every fresh pod of a workload has just "
-            "come to read gpu_util pinned at its ceiling over the recent span its policy asks for",
-            registry=registry,
-        )
-        self.span = Gauge(
-            "gpuscale_aggregator_window_span_seconds",
-            "The longest window a GPUScaler asks for now (up to --max-window): samples older are dropped",
-            registry=registry,
-        )
-        self.own_rings = Gauge(
-            "gpuscale_aggregator_pods_with_own_ring",
-            "Pods whose workload asks for a window longer than --window: each holds a ring of the "
-            "length asked (memory its own workload pays), given back when the request ends",
-            registry=registry,
-        )
 
 
 class AggregatorService:
@@ -226,19 +94,28 @@ class AggregatorService:
             shift=lambda: self._wall_offset_s,  # arrivals are on the steady clock: offsets from the wall
         )
         self._next_clock_check = 0.0
-        self.window_reader = Reader(WindowRequest, on_unknown=ctx.metrics.unknown_field)
         # The split stage (scale-out) reads node batches with a reader of its own.
         self.split_reader = Reader(SampleBatch, on_unknown=ctx.metrics.unknown_field)
         self.log = get_logger(service=SERVICE)
         self.once = OncePerKey()
         # What senders can repeat at will is logged by our own reason codes, once a minute.
         self.throttle = LogThrottle()
+        self.publisher = MetricsPublisher(self.m, self.log, self.throttle, self.once)
+        self.windows = WindowRequests(
+            self.core,
+            self.m,
+            ctx.metrics.messages_in,
+            self._reject_window,
+            self.log,
+            self.throttle,
+            self.once,
+            ctx.metrics.unknown_field,
+        )
         self.nc: NATS | None = None
         self.replay_done = False
         # Live messages held while the replay runs; None once live.
         self._held: list[tuple[str, bytes, float]] | None = []
         self._node_by_token: dict[str, str] = {}
-        self._subject_by_workload: dict[tuple[str, str, str], str] = {}
         self._tick = 0
         self._live_sub: Any = None
         # Workloads published out of the cycle since the last tick (at most one each).
@@ -330,14 +207,6 @@ class AggregatorService:
                     "gpu_sample_rejected", node=node, reason=err.code, detail=err.detail, suppressed=held
                 )
 
-    def _metrics_subject(self, workload: tuple[str, str, str]) -> str:
-        subject = self._subject_by_workload.get(workload)
-        if subject is None:
-            if len(self._subject_by_workload) > 200_000:  # bounded, like the node cache
-                self._subject_by_workload.clear()
-            subject = self._subject_by_workload[workload] = subjects.metrics(WorkloadKey(*workload))
-        return subject
-
     def _subject_node(self, subject: str) -> str | None:
         node = self._node_by_token.get(subject)
         if node is None:
@@ -368,48 +237,7 @@ class AggregatorService:
 
     def handle_window(self, subject: str, data: bytes, now: float) -> None:
         """A policy's window for its workload (decider -> aggregators). Never raises."""
-        kind = WindowRequest.KIND
-        self.ctx.metrics.messages_in.labels(kind=kind).inc()
-        try:
-            key = subjects.parse_workload(subject, kind)
-        except SubjectError as e:
-            self._reject_window("bad_subject", str(e), subject[:200])
-            return
-        try:
-            request = self.window_reader.decode(data, now + self._wall_offset_s)
-        except WireError as e:
-            self._reject_window(e.code, e.detail, str(key))
-            return
-        workload = (request.namespace, request.kind, request.name)
-        if WorkloadKey(*workload) != key:
-            self._reject_window(
-                "subject_mismatch", f"payload for {'/'.join(workload)} on {subject}", str(key)
-            )
-            return
-        store = self.core.store
-        before = store.wanted.get(workload)
-        recent = None if request.recent_s is UNSET else request.recent_s
-        taken, why = store.request(workload, request.window_s, recent, now, request.ttl_s)
-        self.m.window_requests.labels(result=why or "as_asked").inc()
-        self.m.windowed.set(len(store.wanted))
-        self.m.span.set(store.span_s)
-        if taken is None:
-            held = self.throttle.allow("window", why)
-            if held is not None:
-                self.log.warning("window_request_refused", workload=str(key), reason=why, suppressed=held)
-            return
-        changed = before is None or (before.window_s, before.recent_s) != (taken.window_s, taken.recent_s)
-        # Logged per workload and value, once: a flip-flopping sender cannot flood the log.
-        if changed and self.once.first("window", str(key), str(taken.window_s), str(taken.recent_s)):
-            self.log.info(
-                "window_applied",
-                workload=str(key),
-                window_s=taken.window_s,
-                recent_s=taken.recent_s,
-                asked_window_s=request.window_s,
-                clamped=bool(why),
-                max_window_s=store.config.max_window_s,
-            )
+        self.windows.handle(subject, data, now, self._wall_offset_s)
 
     # --- scale-out: the split stage ---------------------------------------------
 
@@ -448,7 +276,21 @@ class AggregatorService:
         count = 0
         while not self.ctx.stop.is_set():
             try:
-                count = await asyncio.wait_for(self._replay_once(nc), max(1.0, deadline - time.monotonic()))
+                count = await asyncio.wait_for(
+                    read_stream(
+                        nc,
+                        self.settings,
+                        partition_index=self.partition_index,
+                        partitioned=self.partitioned,
+                        stop=self.ctx.stop,
+                        # Placed by when the stream stored it, on the window's clock.
+                        feed=lambda subject, data, stored: self.handle(
+                            subject, data, stored - self._wall_offset_s
+                        ),
+                        replayed=self.m.replayed,
+                    ),
+                    max(1.0, deadline - time.monotonic()),
+                )
                 break
             except Exception as e:  # noqa: BLE001 - JetStream may be down or starting; retry, then go live
                 attempt += 1
@@ -470,73 +312,7 @@ class AggregatorService:
         self.replay_done = True
         self.log.info("replay_done", batches=count, held_live=len(held), seconds=round(elapsed, 3))
 
-    async def _replay_once(self, nc: NATS) -> int:
-        js = jetstream(nc)
-        window_s, storage = self.settings.window_s, self.settings.samples_storage
-        if self.partitioned:
-            spec = subjects.aggregator_parts_stream(window_s, storage)
-            filter_subject = subjects.aggregator_partition(self.partition_index)
-        else:
-            spec = subjects.samples_stream(window_s, storage)
-            filter_subject = subjects.SAMPLES_ALL
-        await declare_stream(js, spec)
-        stream = spec.name
-        info = await js.stream_info(stream)
-        last_seq = info.state.last_seq
-        if info.state.messages == 0:
-            return 0
-        sub = await js.pull_subscribe(
-            filter_subject,
-            stream=stream,
-            config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.ALL,
-                ack_policy=AckPolicy.NONE,
-                inactive_threshold=30.0,
-                mem_storage=True,
-                num_replicas=1,
-            ),
-            pending_msgs_limit=PENDING_MSGS_LIMIT,
-            pending_bytes_limit=PENDING_BYTES_LIMIT,
-        )
-        count = 0
-        try:
-            while not self.ctx.stop.is_set():
-                try:
-                    msgs = await sub.fetch(REPLAY_FETCH, timeout=1.0)
-                except TimeoutError:
-                    break  # nothing more (the tail expired, or a filtered partition ended early)
-                reached = False
-                for msg in msgs:
-                    # Placed by when the stream stored it (the NATS server's clock), so a
-                    # restart puts every sample back where the live path had put it.
-                    stored = msg.metadata.timestamp.timestamp()
-                    self.handle(msg.subject, msg.data, stored - self._wall_offset_s)
-                    count += 1
-                    if msg.metadata.sequence.stream >= last_seq:
-                        reached = True
-                self.m.replayed.inc(len(msgs))
-                if reached:
-                    break
-                await asyncio.sleep(0)
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        return count
-
     # --- publishing ----------------------------------------------------------------
-
-    async def publish_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        interval = self.settings.publish_interval_s
-        next_at = loop.time() + interval
-        while not self.ctx.stop.is_set():
-            await sleep_unless_stopped(self.ctx.stop, max(0.0, next_at - loop.time()))
-            if self.ctx.stop.is_set():
-                return
-            await self.publish_once()
-            next_at += interval
-            if next_at < loop.time():  # fell behind: skip missed ticks instead of bursting
-                next_at = loop.time() + interval
 
     async def onset_loop(self) -> None:
         """Publishes each saturation onset when it is due: the moment the last unpinned
@@ -582,7 +358,7 @@ class AggregatorService:
                 if message is None:
                     continue
                 self._published_early.add(workload)
-                if await self._publish(workload, message) is True:
+                if await self.publisher.publish(self.nc, workload, message) is True:
                     counter.inc()
                     self.m.metrics_out.inc()
                     self.log.debug(
@@ -591,24 +367,6 @@ class AggregatorService:
                         pods=message.pods_fresh,
                         since=message.since if message.since is not UNSET else None,
                     )
-
-    async def _publish(self, workload: tuple[str, str, str], message: WorkloadMetrics) -> bool | None:
-        """Publish one workload's message: True, False (NATS refused it), None (too large)."""
-        nc = self.nc
-        if nc is None:
-            return False
-        limit = nc.max_payload or DEFAULT_MAX_PAYLOAD
-        data = codec.encode(message)
-        if len(data) > limit:
-            self._too_large(workload, message, len(data), limit)
-            return None
-        try:
-            await nc.publish(self._metrics_subject(workload), data)
-        except Exception as e:  # noqa: BLE001 - NATS away: the next cycle publishes fresh values
-            if self.once.first("publish", type(e).__name__):
-                self.log.warning("metrics_publish_failed", error=f"{type(e).__name__}: {e}")
-            return False
-        return True
 
     async def publish_once(self) -> int:
         started = slice_started = time.perf_counter()
@@ -621,7 +379,7 @@ class AggregatorService:
         messages = self.core.iter_messages(now, wall_offset_s=offset)
         for workloads, (workload, message) in enumerate(messages, start=1):
             if message is not None:
-                sent = await self._publish(workload, message)
+                sent = await self.publisher.publish(self.nc, workload, message)
                 published += sent is True
                 too_large += sent is None
             if workloads % PUBLISH_SLICE == 0:
@@ -657,24 +415,6 @@ class AggregatorService:
                 step_s=round(step, 3),
                 detail="the window keeps its own steady time (the wall clock at start plus monotonic "
                 "seconds), so what it holds stays in order; timestamps in and out follow the wall clock",
-            )
-
-    def _too_large(
-        self, workload: tuple[str, str, str], message: WorkloadMetrics, size: int, limit: int
-    ) -> None:
-        """A message NATS would refuse: its workload gets no metrics (the decider
-        says so in its status); counted, and the workload named in the log."""
-        self.m.too_large_total.inc()
-        held = self.throttle.allow("too_large")
-        if held is not None:
-            self.log.error(
-                "metrics_too_large",
-                workload="/".join(workload),
-                pods=len(message.pods),
-                bytes=size,
-                max_payload=limit,
-                suppressed=held,
-                detail="raise max_payload in nats.conf (NATS allows up to 64 MB; 8 MB is its advice)",
             )
 
     # --- life cycle ------------------------------------------------------------------
@@ -735,7 +475,10 @@ class AggregatorService:
             gc.collect()
             gc.freeze()
             gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
-        loops = [asyncio.create_task(self.publish_loop()), asyncio.create_task(self.onset_loop())]
+        loops = [
+            asyncio.create_task(every(ctx.stop, self.settings.publish_interval_s, self.publish_once)),
+            asyncio.create_task(self.onset_loop()),
+        ]
         try:
             await ctx.stop.wait()
         finally:

@@ -21,19 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 import grpc
 from aiohttp import web
 from nats.aio.msg import Msg
-from prometheus_client import Counter, Gauge
 
 from gpuscale import codec, subjects
 from gpuscale.logging import LogThrottle, get_logger
@@ -43,72 +39,27 @@ from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.wire import WireError, WorkloadMetrics
 
 from . import tls
-from .core import external_api
 from .core.latest import LatestMetrics, Unavailable
 from .core.query import (
-    OTHER_NAMESPACE,
-    TOO_LARGE,
-    QueryError,
     ScalerQuery,
     parse_scaled_object_ref,
 )
-from .externalscaler import externalscaler_pb2 as pb
+from .detail import cut
 from .externalscaler import externalscaler_pb2_grpc as pb_grpc
+from .grpcscaler import ExternalScaler, StreamRefused
+from .metrics import KIND, KedaScalerMetrics
+from .metricsapi import ExternalMetricsApi
 from .settings import KedaScalerSettings
 
+__all__ = ["ExternalScaler", "KedaScalerMetrics", "KedaScalerService", "StreamRefused", "main", "serve"]
+
 SERVICE: Final = "keda-scaler"
-KIND: Final = "metrics"
-# How often an open StreamIsActive re-checks a workload that sends nothing (to notice staleness).
-STREAM_RECHECK_S: Final = 1.0
 EXPIRE_EVERY_S: Final = 30.0
 GRPC_GRACE_S: Final = 1.0
-# KEDA prefixes the names it got from GetMetricSpec with "s<trigger index>-" in older releases.
-_KEDA_INDEX: Final = re.compile(r"^s\d+-")
 # One request's bytes at most: a real ScaledObjectRef is a few hundred (query.MAX_METADATA_*).
 MAX_GRPC_MESSAGE: Final = 16 * 1024
 # Unary calls in flight beside the open streams, at most (more: RESOURCE_EXHAUSTED from gRPC).
 GRPC_UNARY_IN_FLIGHT: Final = 256
-# The external metrics API takes GETs: no body.
-MAX_HTTP_BODY: Final = 16 * 1024
-# Caller text in a log line or a status detail is cut to this.
-DETAIL_MAX: Final = 500
-
-
-class KedaScalerMetrics:
-    def __init__(self, ctx: ServiceContext) -> None:
-        registry = ctx.metrics.registry
-        self.messages_in = ctx.metrics.messages_in.labels(kind=KIND)
-        self.rejected = ctx.metrics.messages_rejected
-        ctx.metrics.reads(KIND)  # born at 0: an alert sees the first rejection
-        self.ignored = Counter(
-            "gpuscale_kedascaler_messages_ignored_total",
-            "Valid metrics messages not kept: out_of_order (older than the one kept)",
-            ["reason"],
-            registry=registry,
-        )
-        self.requests = Counter(
-            "gpuscale_kedascaler_requests_total",
-            "Requests answered, by API (grpc, external_metrics), method and outcome "
-            "(ok, invalid, no_metrics, stale, no_fresh_pods, metric_not_reported, not_found; refused: "
-            "too_large, other_namespace, too_many_streams, forbidden)",
-            ["api", "method", "outcome"],
-            registry=registry,
-        )
-        self.unauthenticated = Gauge(
-            "gpuscale_kedascaler_unauthenticated",
-            "1 while an API serves callers without a client certificate (--grpc-plaintext, "
-            "--api-any-client): alert on it",
-            ["api"],
-            registry=registry,
-        )
-        self.workloads = Gauge(
-            "gpuscale_kedascaler_workloads", "Workloads with metrics received recently", registry=registry
-        )
-        self.streams = Gauge(
-            "gpuscale_kedascaler_active_streams",
-            "Open StreamIsActive streams (external-push)",
-            registry=registry,
-        )
 
 
 class _Waiting:
@@ -119,15 +70,6 @@ class _Waiting:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.count = 0
-
-
-def _cut(text: object, limit: int = DETAIL_MAX) -> str:
-    raw = str(text)
-    return raw if len(raw) <= limit else f"{raw[:limit]}... (+{len(raw) - limit} more)"
-
-
-class StreamRefused(Exception):
-    """No room for another stream: in all, or for the asking ScaledObject's namespace."""
 
 
 class KedaScalerService:
@@ -141,12 +83,9 @@ class KedaScalerService:
         self.throttle = LogThrottle()
         self.nc: NATS | None = None
         self.grpc_port = 0
-        self.api_port = 0
         self.serving = False
         self.subscription: Any = None  # the metrics subscription, once made
-        self.tls_cert_file: Path | None = None  # the external metrics API's serving certificate
-        self._tls_dir = tls_dir
-        self._own_tls_dir: Path | None = None  # made here for a self-signed key: removed at stop
+        self.api = ExternalMetricsApi(self, tls_dir)
         self._changed: dict[WorkloadKey, _Waiting] = {}  # only while a stream waits on the key
         self.streams_open = 0
         self._streams_by_namespace: dict[str, int] = {}  # only while a stream of it is open
@@ -254,114 +193,28 @@ class KedaScalerService:
         held = self.throttle.allow("refused", api, outcome)
         if held is not None:
             self.log.warning(
-                "request_refused", api=api, method=method, outcome=outcome, caller=_cut(who, 200),
-                detail=_cut(detail), suppressed=held,
+                "request_refused", api=api, method=method, outcome=outcome, caller=cut(who, 200),
+                detail=cut(detail), suppressed=held,
             )  # fmt: skip
 
-    def _unavailable(self, api: str, method: str, query: Any, e: Unavailable) -> None:
+    def unavailable(self, api: str, method: str, query: Any, e: Unavailable) -> None:
         self.m.requests.labels(api=api, method=method, outcome=e.reason).inc()
         held = self.throttle.allow("unavailable", api, e.reason)
         if held is not None:
             self.log.info(
-                "metric_unavailable", api=api, query=_cut(query, 400), reason=e.reason,
-                detail=_cut(e.message), suppressed=held,
+                "metric_unavailable", api=api, query=cut(query, 400), reason=e.reason,
+                detail=cut(e.message), suppressed=held,
             )  # fmt: skip
 
-    # --- HTTPS: the external metrics API ----------------------------------------------------------
+    @property
+    def api_port(self) -> int:
+        """The external metrics API's port, once listening."""
+        return self.api.port
 
-    def api_app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_HTTP_BODY, middlewares=[self._allowed_names])
-        base = external_api.BASE_PATH
-        routes: list[tuple[str, Callable[[web.Request], Any]]] = [
-            ("/apis", lambda _r: external_api.api_group_list()),
-            (f"/apis/{external_api.GROUP}", lambda _r: external_api.api_group()),
-            (base, lambda _r: external_api.resource_list()),
-            (f"{base}/namespaces/{{namespace}}/{{metric}}", self._external_value),
-            ("/healthz", lambda _r: {"status": "ok"}),
-        ]
-        for path, handler in routes:
-            app.router.add_route("*", path, self._json_handler(handler))
-        app.router.add_route("*", "/{tail:.*}", self._not_found)
-        return app
-
-    @web.middleware
-    async def _allowed_names(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """requestheader-allowed-names: the handshake proved the CA; this, which of its certificates."""
-        allowed = self.settings.requestheader_allowed_names
-        if allowed and self.settings.client_ca_file is not None:
-            name = tls.peer_common_name(
-                request.transport.get_extra_info("peercert") if request.transport else None
-            )
-            if name not in allowed:
-                self.refused(
-                    "external_metrics", "any", "forbidden", str(name), "client certificate name not allowed"
-                )
-                message = f"client certificate {_cut(name, 80)!r} is not one of --requestheader-allowed-names"
-                return web.json_response(external_api.status(403, "Forbidden", message), status=403)
-        response: web.StreamResponse = await handler(request)
-        return response
-
-    def _json_handler(self, handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
-        async def respond(request: web.Request) -> web.Response:
-            if request.method not in ("GET", "HEAD"):
-                return web.json_response(
-                    external_api.status(405, "MethodNotAllowed", f"{request.method} is not supported"),
-                    status=405,
-                )
-            try:
-                body = handler(request)
-            except external_api.ApiError as e:
-                return web.json_response(e.body, status=e.code)
-            return web.json_response(body)
-
-        return respond
-
-    async def _not_found(self, request: web.Request) -> web.Response:
-        message = f"the server could not find the requested resource {_cut(request.path, 200)!r}"
-        return web.json_response(external_api.status(404, "NotFound", message), status=404)
-
-    def _external_value(self, request: web.Request) -> Any:
-        method = "get_value"
-        try:
-            query = external_api.parse_request(
-                request.match_info["namespace"],
-                request.match_info["metric"],
-                request.query.get("labelSelector"),
-            )
-        except external_api.ApiError as e:
-            self.m.requests.labels(
-                api="external_metrics", method=method, outcome="not_found" if e.code == 404 else "invalid"
-            ).inc()
-            raise
-        try:
-            reading = self.store.read(query, time.time())
-        except Unavailable as e:
-            self._unavailable("external_metrics", method, query.workload, e)
-            raise external_api.unavailable(e) from None
-        self.m.requests.labels(api="external_metrics", method=method, outcome="ok").inc()
-        return external_api.value_list(reading)
-
-    async def start_api(self) -> web.AppRunner:
-        settings = self.settings
-        if settings.tls_cert_file is not None and settings.tls_private_key_file is not None:
-            cert, key = settings.tls_cert_file, settings.tls_private_key_file
-        else:
-            directory = self._tls_dir
-            if directory is None:
-                directory = self._own_tls_dir = Path(tempfile.mkdtemp(prefix="gpuscale-keda-scaler-tls-"))
-            cert, key = tls.write_self_signed(directory, "gpuscale-keda-scaler", tls.default_dns_names())
-            self.log.info("self_signed_certificate", cert=str(cert))
-        self.tls_cert_file = cert
-        context = tls.server_context(cert, key, None if settings.api_any_client else settings.client_ca_file)
-        runner = web.AppRunner(
-            self.api_app(), access_log=None, handle_signals=False, max_line_size=8190, max_headers=64
-        )
-        await runner.setup()
-        site = web.TCPSite(runner, "0.0.0.0", settings.api_port, ssl_context=context)  # noqa: S104 - the API server's aggregator calls from outside the pod
-        await site.start()
-        sockets = getattr(site._server, "sockets", None)
-        self.api_port = int(sockets[0].getsockname()[1]) if sockets else settings.api_port
-        return runner
+    @property
+    def tls_cert_file(self) -> Path | None:
+        """The external metrics API's serving certificate, once listening."""
+        return self.api.tls_cert_file
 
     # --- gRPC: KEDA's external scaler -------------------------------------------------------------
 
@@ -416,12 +269,6 @@ class KedaScalerService:
 
     # --- life cycle ---------------------------------------------------------------------------------
 
-    def _remove_own_tls_dir(self) -> None:
-        # A private key the service wrote for itself must not outlive it (nor pile up in /tmp).
-        if self._own_tls_dir is not None:
-            shutil.rmtree(self._own_tls_dir, ignore_errors=True)
-            self._own_tls_dir = None
-
     async def serve(self) -> None:
         ctx = self.ctx
         ctx.http.add_readiness("nats", lambda: is_connected(self.nc))
@@ -437,10 +284,10 @@ class KedaScalerService:
         api_runner: web.AppRunner | None = None
         try:
             if self.settings.external_metrics_api:
-                api_runner = await self.start_api()
+                api_runner = await self.api.start()
         except BaseException:
             await grpc_server.stop(0)
-            self._remove_own_tls_dir()
+            self.api.remove_own_tls_dir()
             raise
         self.serving = True
         self.log.info(
@@ -477,137 +324,9 @@ class KedaScalerService:
             await grpc_server.stop(GRPC_GRACE_S)
             if api_runner is not None:
                 await api_runner.cleanup()
-            self._remove_own_tls_dir()
+            self.api.remove_own_tls_dir()
             await drain(self.nc)
             self.log.info("keda_scaler_stopped")
-
-
-class ExternalScaler(pb_grpc.ExternalScalerServicer):
-    """KEDA's externalscaler.ExternalScaler, answered from the latest fresh metrics."""
-
-    def __init__(self, service: KedaScalerService) -> None:
-        self.service = service
-
-    async def _query(self, ref: Any, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> ScalerQuery:
-        try:
-            return self.service.scaler_query(ref)
-        except QueryError as e:
-            key = f"{_cut(ref.namespace, 80)}/{_cut(ref.name, 120)}"
-            self.service.refused("grpc", method, e.reason, key, str(e))
-            code = {
-                TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
-                OTHER_NAMESPACE: grpc.StatusCode.PERMISSION_DENIED,
-            }.get(e.reason, grpc.StatusCode.INVALID_ARGUMENT)
-            await context.abort(code, f"ScaledObject {key}: trigger metadata: {_cut(e, 1000)}")
-            raise  # abort raises; this line keeps the type checker sure nothing returns
-
-    async def _refuse_stream(
-        self, method: str, query: ScalerQuery, e: StreamRefused, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> None:
-        self.service.refused("grpc", method, "too_many_streams", query.query.workload.namespace, str(e))
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"no room for another stream: {e}")
-
-    async def _unavailable(
-        self, method: str, query: ScalerQuery, e: Unavailable, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> None:
-        self.service._unavailable("grpc", method, query.query.workload, e)
-        code = grpc.StatusCode.NOT_FOUND if e.reason == "metric_not_reported" else grpc.StatusCode.UNAVAILABLE
-        await context.abort(code, e.message)
-
-    async def IsActive(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        query = await self._query(request, "IsActive", context)
-        try:
-            active = self.service.store.is_active(query, time.time())
-        except Unavailable as e:
-            await self._unavailable("IsActive", query, e, context)
-            raise
-        self.service.m.requests.labels(api="grpc", method="IsActive", outcome="ok").inc()
-        return pb.IsActiveResponse(result=active)
-
-    async def StreamIsActive(
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
-        """Pushes the activity when it is first known and whenever it changes; silent while the
-        metrics are not fresh (KEDA's polling IsActive reports that as an error meanwhile)."""
-        query = await self._query(request, "StreamIsActive", context)
-        service = self.service
-        last: bool | None = None
-        namespace = query.query.workload.namespace
-        try:
-            service.open_stream(namespace)
-        except StreamRefused as e:
-            await self._refuse_stream("StreamIsActive", query, e, context)
-            raise
-        try:
-            while not service.ctx.stop.is_set():
-                try:
-                    active: bool | None = service.store.is_active(query, time.time())
-                except Unavailable as e:
-                    service._unavailable("grpc", "StreamIsActive", query.query.workload, e)
-                    active = None
-                if active is not None and active != last:
-                    service.m.requests.labels(api="grpc", method="StreamIsActive", outcome="ok").inc()
-                    yield pb.IsActiveResponse(result=active)
-                last = active
-                await service.changed(query.query.workload, STREAM_RECHECK_S)
-        finally:
-            service.close_stream(namespace)
-
-    @staticmethod
-    def _metric_spec(query: ScalerQuery) -> Any:
-        spec = pb.MetricSpec(
-            metricName=query.metric_name, targetSize=max(1, round(query.target)), targetSizeFloat=query.target
-        )
-        return pb.GetMetricSpecResponse(metricSpecs=[spec])
-
-    async def GetMetricSpec(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        query = await self._query(request, "GetMetricSpec", context)
-        self.service.m.requests.labels(api="grpc", method="GetMetricSpec", outcome="ok").inc()
-        return self._metric_spec(query)
-
-    async def StreamMetricSpec(
-        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
-        """The trigger's metric spec, pushed once: it follows from the ScaledObject's
-        metadata alone, which comes anew in a new call when the ScaledObject changes.
-        The stream then stays open until KEDA closes it or the service stops."""
-        query = await self._query(request, "StreamMetricSpec", context)
-        service = self.service
-        namespace = query.query.workload.namespace
-        try:
-            service.open_stream(namespace)
-        except StreamRefused as e:
-            await self._refuse_stream("StreamMetricSpec", query, e, context)
-            raise
-        try:
-            service.m.requests.labels(api="grpc", method="StreamMetricSpec", outcome="ok").inc()
-            yield self._metric_spec(query)
-            await service.ctx.stop.wait()
-        finally:
-            service.close_stream(namespace)
-
-    async def GetMetrics(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        query = await self._query(request.scaledObjectRef, "GetMetrics", context)
-        asked = _KEDA_INDEX.sub("", request.metricName)
-        if asked and asked != query.metric_name:
-            self.service.m.requests.labels(api="grpc", method="GetMetrics", outcome="invalid").inc()
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"metric {_cut(request.metricName, 100)!r} is not this trigger's: its metadata names "
-                f"{query.metric_name}",
-            )
-        try:
-            reading = self.service.store.read(query.query, time.time())
-        except Unavailable as e:
-            await self._unavailable("GetMetrics", query, e, context)
-            raise
-        self.service.m.requests.labels(api="grpc", method="GetMetrics", outcome="ok").inc()
-        value = pb.MetricValue(
-            metricName=request.metricName or query.metric_name,
-            metricValue=round(reading.value),
-            metricValueFloat=reading.value,
-        )
-        return pb.GetMetricsResponse(metricValues=[value])
 
 
 async def serve(ctx: ServiceContext, on_service: Callable[[KedaScalerService], None] | None = None) -> None:

@@ -1,0 +1,150 @@
+"""The external metrics API over HTTPS, for an APIService: to the API server's front proxy only.
+
+Stale data is a 503 Status, which the HPA reports as FailedGetExternalMetric and does not scale on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from aiohttp import web
+
+from . import tls
+from .core import external_api
+from .core.latest import LatestMetrics, Unavailable
+from .detail import cut
+from .metrics import KedaScalerMetrics
+from .settings import KedaScalerSettings
+
+# The external metrics API takes GETs: no body.
+MAX_HTTP_BODY: Final = 16 * 1024
+
+
+class ApiService(Protocol):
+    """What the API asks of the service: its settings, its store and its counts."""
+
+    settings: KedaScalerSettings
+    store: LatestMetrics
+    m: KedaScalerMetrics
+    log: Any
+
+    def refused(self, api: str, method: str, outcome: str, who: str, detail: str) -> None: ...
+
+    def unavailable(self, api: str, method: str, query: Any, e: Unavailable) -> None: ...
+
+
+class ExternalMetricsApi:
+    """The aiohttp app and its TLS: answers from the service's latest fresh metrics."""
+
+    def __init__(self, service: ApiService, tls_dir: Path | None = None) -> None:
+        self.service = service
+        self.settings = service.settings
+        self.port = 0
+        self.tls_cert_file: Path | None = None  # the serving certificate
+        self._tls_dir = tls_dir
+        self._own_tls_dir: Path | None = None  # made here for a self-signed key: removed at stop
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_HTTP_BODY, middlewares=[self._allowed_names])
+        base = external_api.BASE_PATH
+        routes: list[tuple[str, Callable[[web.Request], Any]]] = [
+            ("/apis", lambda _r: external_api.api_group_list()),
+            (f"/apis/{external_api.GROUP}", lambda _r: external_api.api_group()),
+            (base, lambda _r: external_api.resource_list()),
+            (f"{base}/namespaces/{{namespace}}/{{metric}}", self._external_value),
+            ("/healthz", lambda _r: {"status": "ok"}),
+        ]
+        for path, handler in routes:
+            app.router.add_route("*", path, self._json_handler(handler))
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        return app
+
+    @web.middleware
+    async def _allowed_names(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """requestheader-allowed-names: the handshake proved the CA; this, which of its certificates."""
+        allowed = self.settings.requestheader_allowed_names
+        if allowed and self.settings.client_ca_file is not None:
+            name = tls.peer_common_name(
+                request.transport.get_extra_info("peercert") if request.transport else None
+            )
+            if name not in allowed:
+                self.service.refused(
+                    "external_metrics", "any", "forbidden", str(name), "client certificate name not allowed"
+                )
+                message = f"client certificate {cut(name, 80)!r} is not one of --requestheader-allowed-names"
+                return web.json_response(external_api.status(403, "Forbidden", message), status=403)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    def _json_handler(self, handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+        async def respond(request: web.Request) -> web.Response:
+            if request.method not in ("GET", "HEAD"):
+                return web.json_response(
+                    external_api.status(405, "MethodNotAllowed", f"{request.method} is not supported"),
+                    status=405,
+                )
+            try:
+                body = handler(request)
+            except external_api.ApiError as e:
+                return web.json_response(e.body, status=e.code)
+            return web.json_response(body)
+
+        return respond
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        message = f"the server could not find the requested resource {cut(request.path, 200)!r}"
+        return web.json_response(external_api.status(404, "NotFound", message), status=404)
+
+    def _external_value(self, request: web.Request) -> Any:
+        method = "get_value"
+        try:
+            query = external_api.parse_request(
+                request.match_info["namespace"],
+                request.match_info["metric"],
+                request.query.get("labelSelector"),
+            )
+        except external_api.ApiError as e:
+            self.service.m.requests.labels(
+                api="external_metrics", method=method, outcome="not_found" if e.code == 404 else "invalid"
+            ).inc()
+            raise
+        try:
+            reading = self.service.store.read(query, time.time())
+        except Unavailable as e:
+            self.service.unavailable("external_metrics", method, query.workload, e)
+            raise external_api.unavailable(e) from None
+        self.service.m.requests.labels(api="external_metrics", method=method, outcome="ok").inc()
+        return external_api.value_list(reading)
+
+    async def start(self) -> web.AppRunner:
+        settings = self.settings
+        if settings.tls_cert_file is not None and settings.tls_private_key_file is not None:
+            cert, key = settings.tls_cert_file, settings.tls_private_key_file
+        else:
+            directory = self._tls_dir
+            if directory is None:
+                directory = self._own_tls_dir = Path(tempfile.mkdtemp(prefix="gpuscale-keda-scaler-tls-"))
+            cert, key = tls.write_self_signed(directory, "gpuscale-keda-scaler", tls.default_dns_names())
+            self.service.log.info("self_signed_certificate", cert=str(cert))
+        self.tls_cert_file = cert
+        context = tls.server_context(cert, key, None if settings.api_any_client else settings.client_ca_file)
+        runner = web.AppRunner(
+            self.app(), access_log=None, handle_signals=False, max_line_size=8190, max_headers=64
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, "0.0.0.0", settings.api_port, ssl_context=context)  # noqa: S104 - the API server's aggregator calls from outside the pod
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        self.port = int(sockets[0].getsockname()[1]) if sockets else settings.api_port
+        return runner
+
+    def remove_own_tls_dir(self) -> None:
+        # A private key the service wrote for itself must not outlive it (nor pile up in /tmp).
+        if self._own_tls_dir is not None:
+            shutil.rmtree(self._own_tls_dir, ignore_errors=True)
+            self._own_tls_dir = None
