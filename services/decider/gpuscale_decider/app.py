@@ -241,7 +241,8 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     actions_sub = await nc.subscribe(subjects.ACTIONS_ALL, cb=decider.on_action)
     sub = await nc.subscribe(subjects.METRICS_ALL, cb=decider.on_message, pending_msgs_limit=200_000)
     with contextlib.suppress(Exception):
-        await nc.flush(timeout=2)  # the server knows the subscription before we say we are running
+        # The server knows the subscriptions before we say we are running (a busy node: 10 s).
+        await nc.flush(timeout=10)
     if on_decider is not None:
         on_decider(decider)
     log.info(
