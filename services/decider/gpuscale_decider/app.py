@@ -263,7 +263,9 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         with contextlib.suppress(Exception):
             await decider.idle(2.0)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(decider.flush(), 2.0)
+            # A busy node's KV puts take seconds: the state is what the next leader decides from,
+            # and 10 s is well inside a pod's 30 s grace.
+            await asyncio.wait_for(decider.flush(), 10.0)
         for task in tasks:
             if task.done():
                 continue
