@@ -130,3 +130,16 @@ def silent_port() -> Iterator[int]:
         yield int(s.getsockname()[1])
     finally:
         s.close()
+
+
+@pytest.fixture
+def nats_with_password(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    """A nats-server that takes tests.secret_nats' user and password only."""
+    from .secret_nats import CONFIG
+
+    server = EmbeddedNats(store_dir=str(tmp_path_factory.mktemp("nats-auth")), config_text=CONFIG)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()

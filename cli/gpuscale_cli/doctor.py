@@ -299,8 +299,8 @@ async def diagnose(settings: DoctorSettings) -> list[Check]:
         nc = await connect_once(
             settings.nats_url,
             name="gpuscale-doctor",
-            creds=str(settings.nats_creds) if settings.nats_creds else None,
-            tls_ca=str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
+            creds=settings.nats_creds,
+            tls_ca=settings.nats_tls_ca,
         )
     except NatsUnreachable as e:
         checks.append(Check("nats", False, e.problem.detail, e.problem.remedy))

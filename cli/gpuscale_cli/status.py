@@ -287,8 +287,8 @@ async def _run(settings: StatusSettings) -> int:
         nc = await connect_once(
             settings.nats_url,
             name="gpuscale-status",
-            creds=str(settings.nats_creds) if settings.nats_creds else None,
-            tls_ca=str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
+            creds=settings.nats_creds,
+            tls_ca=settings.nats_tls_ca,
         )
     except NatsUnreachable as e:
         print(f"gpuscale status: {e}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl
 import time
@@ -381,8 +382,8 @@ async def connect_once(
     *,
     name: str,
     timeout_s: float = 5.0,
-    creds: str | None = None,
-    tls_ca: str | None = None,
+    creds: str | os.PathLike[str] | None = None,
+    tls_ca: str | os.PathLike[str] | None = None,
     inbox_role: str | None = None,
 ) -> NATS:
     """For a command run by a person: one try at each server, then
@@ -403,8 +404,8 @@ async def connect_once(
                 max_reconnect_attempts=1,
                 reconnect_time_wait=0.2,  # type: ignore[arg-type]  # nats-py accepts float seconds; its hint says int
                 connect_timeout=max(1, round(timeout_s / 2)),
-                user_credentials=creds,
-                tls=_tls_context(tls_ca),
+                user_credentials=os.fspath(creds) if creds else None,
+                tls=_tls_context(os.fspath(tls_ca) if tls_ca else None),
                 error_cb=error_cb,
                 inbox_prefix=inbox_prefix(inbox_role or login_user(servers) or name),
             ),

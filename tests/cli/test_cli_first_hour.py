@@ -22,9 +22,9 @@ from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats, free_port
 from gpuscale_kubesim import KubeSim
 
+from ..secret_nats import PASSWORD
 from ..waiting import eventually, eventually_sync
 
-PASSWORD = "hunter2-not-for-screens"  # noqa: S105 - a made-up one, to show it never reaches a screen
 GPUSCALE = [sys.executable, "-m", "gpuscale_cli.main"]
 
 
@@ -170,19 +170,6 @@ def http_port(tmp_path: Path) -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(10)
-
-
-@pytest.fixture
-def nats_with_password(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
-    server = EmbeddedNats(
-        store_dir=str(tmp_path_factory.mktemp("nats-auth")),
-        config_text=f'authorization {{ user: app, password: "{PASSWORD}" }}\n',
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def test_status_names_each_nats_failure_by_its_cause(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import structlog
@@ -15,9 +15,8 @@ from gpuscale.embedded_nats import EmbeddedNats, free_port
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NatsUnreachable, connect, connect_once, is_connected
 
+from ..secret_nats import PASSWORD
 from ..waiting import eventually
-
-PASSWORD = "hunter2-not-for-logs"  # noqa: S105 - a made-up one, to show it never reaches a screen
 
 
 def closed_port() -> int:
@@ -38,19 +37,6 @@ async def http_port() -> AsyncIterator[int]:
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     try:
         yield int(server.sockets[0].getsockname()[1])
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def nats_with_password(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
-    server = EmbeddedNats(
-        store_dir=str(tmp_path_factory.mktemp("nats-auth")),
-        config_text=f'authorization {{ user: app, password: "{PASSWORD}" }}\n',
-    )
-    server.start()
-    try:
-        yield server
     finally:
         server.close()
 
