@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -24,7 +23,7 @@ from gpuscale.steadyclock import SteadyClock
 from gpuscale_aggregator.core.ingest import Aggregator
 from gpuscale_aggregator.core.window import WindowConfig
 
-from ..waiting import eventually, eventually_sync
+from ..waiting import eventually, eventually_sync, holds_for
 from .aggregator_builders import batch, gpu, one_pod_batch, owner
 from .aggregator_harness import MetricsInbox, counter, publish_batch, running_aggregator
 
@@ -224,7 +223,7 @@ def test_process_stops_gracefully_on_sigterm(nats_server: EmbeddedNats, tmp_path
 
 class MovedClock:
     """The aggregator's clock, moved only by the test: where each batch lands and when
-    an onset is due do not depend on how busy the machine is."""
+    a message is due do not depend on how busy the machine is."""
 
     def __init__(self, nc: NATS) -> None:
         self.nc = nc
@@ -238,8 +237,8 @@ class MovedClock:
 
     @contextlib.asynccontextmanager
     async def aggregator(self, url: str) -> AsyncIterator[Any]:
-        """An aggregator on this clock, replayed, its ticks a minute apart: any message
-        within a test is one published out of the cycle."""
+        """An aggregator on this clock, replayed, its publish interval a minute: no message
+        within a test is one a deadline made due."""
         async with running_aggregator(
             url, clock=self.clock, window_s=60.0, publish_interval_s=60.0
         ) as service:
@@ -255,117 +254,36 @@ class MovedClock:
         self.sent += 1
         await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == self.sent)
 
-    async def ask_recent_means(self, service: Any, name: str = "bert") -> None:
-        """The decider's window request: a 30 s window and the last 3 s."""
-        from gpuscale import codec, subjects
-        from gpuscale.wire import WindowRequest
 
-        key = subjects.WorkloadKey("default", "Deployment", name)
-        request = WindowRequest(
-            ts=self.now, namespace="default", kind="Deployment", name=name, window_s=30.0, recent_s=3.0
-        )
-        await self.nc.publish(subjects.windows(key), codec.encode(request))
-        await self.nc.flush()
-        await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="windows") >= 1)
-
-
-async def test_a_pod_becoming_ready_is_published_at_once_not_at_the_next_tick(
+async def test_a_workload_s_message_follows_its_pods_batches_not_the_publish_interval(
     nats_server: EmbeddedNats, nats_client: NATS
 ) -> None:
-    """A scale-up's next step rests on the first message after its pods became ready
-    (the demo's 2 -> 3 while both pods are pinned): as soon as every pod has been
-    measured since, the workload's message goes out, once per tick. The ticks here
-    are a minute apart, so any message within the test is one of those."""
+    """Once every fresh pod of a workload has reported since its last message, the
+    message goes out: at most once per bucket (1 s), however fast batches come. The
+    publish interval here is a minute of the test's clock, which moves only when told,
+    so every message within the test is one its pods' batches made due."""
     moved = MovedClock(nats_client)
     inbox = await MetricsInbox().start(nats_client)
     async with moved.aggregator(nats_server.url) as service:
-        for dt in range(4):
-            await moved.batch(service, dt, "bert-0", 100.0)
-        assert inbox.messages == []
-        # bert-1 ready; bert-0 last measured 0.6 s before it.
-        await moved.batch(service, 3.6, "bert-1", 100.0, node="node-b")
-        assert inbox.messages == []
-        await moved.batch(service, 4.0, "bert-0", 97.0)  # every pod measured after the change
-        m = await eventually(lambda: inbox.latest("bert"), what="the change's message, before any tick")
-        assert m.pods_fresh == 2
-        assert m.since == pytest.approx(moved.start + 3.6)
-        assert m.averages.gpu_util == pytest.approx((97.0 + 100.0) / 2)
-        assert counter(service, "gpuscale_aggregator_capacity_change_publishes_total") == 1
-        # A third pod in the same cycle (pods that churn): told at the tick, not per batch.
-        await moved.batch(service, 4.7, "bert-2", 100.0, node="node-c")
-        await moved.batch(service, 5.0, "bert-0", 96.0)
-        await moved.batch(service, 5.1, "bert-1", 96.0, node="node-b")
-        assert len(inbox.messages) == 1
-        assert counter(service, "gpuscale_aggregator_capacity_change_publishes_total") == 1
-
-
-async def test_a_workload_pinned_on_every_pod_is_published_when_it_is_due_not_at_the_next_tick(
-    nats_server: EmbeddedNats, nats_client: NATS
-) -> None:
-    """The pinned rule's first step (the demo's 1 -> 2) rests on the first message
-    whose recent means (the last 3 s its policy asked for) read pinned on every pod.
-    That moment is when the last unpinned sample leaves the span, which no batch
-    marks: the aggregator wakes for it and publishes then, once per run of pinned
-    samples. The ticks here are a minute apart, so any message within the test is an
-    early one, and none can go out before its moment."""
-    moved = MovedClock(nats_client)
-    inbox = await MetricsInbox().start(nats_client)
-    async with moved.aggregator(nats_server.url) as service:
-        await moved.ask_recent_means(service)
-        for dt in range(3):
-            await moved.batch(service, dt, "bert-0", 30.0)
-        await moved.batch(service, 3, "bert-0", 100.0)
-        await moved.batch(service, 4, "bert-0", 100.0)
-        moved.move(4.999)  # the 30 of t=2 is still within the last 3 s
-        await asyncio.sleep(0.3)
-        assert inbox.messages == []
-        moved.move(5.0)  # it has left: no batch marks this moment
-        m = await eventually(lambda: inbox.latest("bert"), what="the onset's message, before any tick")
-        (pod,) = m.pods
-        assert pod.recent is not None
-        assert pod.recent.gpu_util == 100.0
-        assert pod.last_seen == pytest.approx(moved.start + 4.0)
-        assert counter(service, "gpuscale_aggregator_saturation_publishes_total") == 1
-        await moved.batch(service, 6, "bert-0", 100.0)
-        await moved.batch(service, 7, "bert-0", 100.0)
-        moved.move(9.0)
-        await asyncio.sleep(0.3)
-        assert len(inbox.messages) == 1  # told once per run
-
-
-async def test_a_failing_onset_check_is_logged_once_and_the_next_onset_still_goes_out(
-    nats_server: EmbeddedNats, nats_client: NATS
-) -> None:
-    """A bug in the core's check must not end the loop that wakes for onsets: it is
-    logged once, what was pending is dropped (the tick tells every workload anyway),
-    and the next run of pinned samples is told as before."""
-    from structlog.testing import capture_logs
-
-    moved = MovedClock(nats_client)
-    inbox = await MetricsInbox().start(nats_client)
-    with capture_logs() as logs:
-        async with moved.aggregator(nats_server.url) as service:
-            await moved.ask_recent_means(service)
-            store = service.core.store
-            confirm = store.confirm_onsets
-            calls: list[float] = []
-
-            def broken(now: float) -> None:
-                calls.append(now)
-                raise RuntimeError("a bug")
-
-            store.confirm_onsets = broken  # type: ignore[method-assign]
-            await moved.batch(service, 0, "bert-0", 30.0)
-            await moved.batch(service, 1, "bert-0", 100.0)
-            await eventually(lambda: calls, what="the loop woken, and the check failed")
-            store.confirm_onsets = confirm  # type: ignore[method-assign]
-            moved.move(3.0)  # the failed onset was dropped: nothing is told for it
-            await asyncio.sleep(0.3)
-            assert inbox.messages == []
-            await moved.batch(service, 4, "bert-0", 50.0)
-            await moved.batch(service, 5, "bert-0", 100.0)
-            moved.move(7.0)
-            await eventually(lambda: inbox.latest("bert"), what="the next onset's message")
-    failed = [e for e in logs if e["event"] == "onset_check_failed"]
-    assert len(failed) == 1
-    assert failed[0]["error"] == "RuntimeError: a bug"
+        await moved.batch(service, 0.0, "bert-0", 40.0)
+        await moved.batch(service, 0.3, "bert-1", 60.0, node="node-b")
+        moved.move(1.0)  # a new workload is due a bucket after its first sample
+        first = await eventually(lambda: inbox.latest("bert"), what="the first message")
+        assert first.pods_fresh == 2
+        await moved.batch(service, 1.5, "bert-0", 40.0)
+        await moved.batch(service, 1.6, "bert-0", 40.0)  # heard twice: bert-1 is still awaited
+        # Each batch was taken in before this: a message it made due would be out within 0.5 s.
+        await holds_for(lambda: len(inbox.messages) == 1, 0.5, "no message while bert-1 is awaited")
+        await moved.batch(service, 2.1, "bert-1", 80.0, node="node-b")
+        second = await eventually(lambda: len(inbox.messages) == 2 and inbox.messages[1], what="the tick")
+        assert [p.last_seen for p in second.pods] == pytest.approx([moved.start + 1.6, moved.start + 2.1])
+        # Complete again within a bucket of that message: due only once the bucket has passed.
+        await moved.batch(service, 2.2, "bert-0", 40.0)
+        await moved.batch(service, 2.3, "bert-1", 80.0, node="node-b")
+        # As above; and the clock stands still, so the bucket never passes by itself.
+        await holds_for(lambda: len(inbox.messages) == 2, 0.5, "no second message within the bucket")
+        moved.move(3.1)
+        await eventually(lambda: len(inbox.messages) == 3, what="the next message once the bucket passed")
+        published = "gpuscale_aggregator_messages_published_total"
+        assert counter(service, published, why="complete") == 3
+        assert counter(service, published, why="deadline") == 0

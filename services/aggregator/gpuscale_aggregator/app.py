@@ -8,6 +8,11 @@ per-node seq check) and only then begin publishing, so the first metrics
 message after a restart already covers the full window. /readyz turns ready
 when NATS is connected and the replay is done.
 
+Publishing: a workload's message goes out when its tick is complete (every
+fresh pod heard since its last message; at most once per bucket) or
+``--publish-interval`` after its last one, whichever comes first; every
+interval a cycle expires what has left the windows.
+
 Scale-out (``--partition i/N``): see :mod:`gpuscale_aggregator.core.scaleout`.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import math
 import time
 from collections.abc import Hashable, Sequence
 from typing import Any, Final
@@ -31,13 +37,13 @@ from gpuscale.natsio import NATS, connect, drain, is_connected
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.steadyclock import SteadyClock
 from gpuscale.subjects import SubjectError
-from gpuscale.wire import UNSET, SampleBatch, WindowRequest, WireError
+from gpuscale.wire import SampleBatch, WindowRequest, WireError
 
 from .core import scaleout
 from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, REJECTED, Aggregator
-from .core.window import WindowConfig
+from .core.window import WindowConfig, WorkloadTuple
 from .metrics import KIND, OBSERVE_EVERY, AggregatorMetrics
-from .publishing import MetricsPublisher, every
+from .publishing import MetricsPublisher
 from .replay import PENDING_BYTES_LIMIT, PENDING_MSGS_LIMIT, read_stream
 from .settings import AggregatorSettings
 from .windows import WindowRequests
@@ -80,6 +86,7 @@ class AggregatorService:
                 stale_intervals=self.settings.stale_intervals,
                 source=self.settings.source,
                 max_window_s=self.settings.max_window_s,
+                publish_interval_s=self.settings.publish_interval_s,
             ),
             on_unknown=ctx.metrics.unknown_field,
         )
@@ -118,9 +125,9 @@ class AggregatorService:
         self._node_by_token: dict[str, str] = {}
         self._tick = 0
         self._live_sub: Any = None
-        # Workloads published out of the cycle since the last tick (at most one each).
-        self._published_early: set[tuple[str, str, str]] = set()
-        self._onset_wake = asyncio.Event()  # an onset was scheduled: look at when it is due
+        self._due = asyncio.Event()  # ingest completed a workload's tick: its message is due
+        self._too_large: set[WorkloadTuple] = set()  # workloads whose last message was
+        self._paused_s = 0.0  # time long passes gave to the event loop (not their work)
         part = self.settings.partition
         self.partition_index: int = part[0] if part is not None else 0
         self.partitions: int = part[1] if part is not None else 1
@@ -137,12 +144,8 @@ class AggregatorService:
                 self.m.ignored.labels(reason="held_overflow").inc()
             return
         self.handle(msg.subject, msg.data, self.clock())
-        store = self.core.store
-        if store.settled:
-            await self.publish_news()
-        if store.onset_scheduled:
-            store.onset_scheduled = False
-            self._onset_wake.set()
+        if self.core.store.complete:
+            self._due.set()
         if self._tick % YIELD_EVERY == 0:
             # nats-py runs callbacks back to back while its queue is not empty;
             # let its reader (and PING/PONG) run, or a long backlog looks like a
@@ -304,9 +307,6 @@ class AggregatorService:
         held, self._held = self._held or [], None
         for subject, data, arrival in held:
             self.handle(subject, data, arrival, overlap=True)
-        # Changes and onsets replayed are old news: the first cycle tells them.
-        self.core.take_settled()
-        self.core.store.onsets.clear()
         elapsed = time.monotonic() - started
         self.m.replay_seconds.set(elapsed)
         self.replay_done = True
@@ -314,85 +314,79 @@ class AggregatorService:
 
     # --- publishing ----------------------------------------------------------------
 
-    async def onset_loop(self) -> None:
-        """Publishes each saturation onset when it is due: the moment the last unpinned
-        sample leaves a workload's recent span, which no batch marks (at 1 Hz that is
-        when the third pinned sample comes, give or take the milliseconds a batch
-        travels, so waiting for a batch would often cost a whole interval)."""
-        store = self.core.store
-        wake = self._onset_wake
+    async def publish_loop(self) -> None:
+        """Publishes what is due when ingest completes a tick or the next message is due;
+        the cycle every publish interval. The first pass, right after the replay, finds
+        every workload due."""
+        store, due, interval = self.core.store, self._due, self.settings.publish_interval_s
+        next_cycle = self.clock()
         while not self.ctx.stop.is_set():
-            due = store.next_onset()
+            due.clear()  # before taking: a tick completing meanwhile wakes the next pass
+            now = self.clock()
+            if now >= next_cycle:
+                await self.publish_once()
+                next_cycle += interval
+                if next_cycle < self.clock():  # fell behind: skip missed cycles instead of bursting
+                    next_cycle = self.clock() + interval
+            else:
+                await self.publish_due()
+            wake = min(next_cycle, store.next_due() or math.inf)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), None if due is None else max(0.0, due - self.clock()))
-            wake.clear()
-            try:
-                store.confirm_onsets(self.clock())
-                if store.saturated:
-                    await self.publish_news()
-            except Exception as e:  # a bug here must not end the loop: the tick still tells all
-                store.onsets.clear()
-                if self.once.first("onset", type(e).__name__):
-                    self.log.exception("onset_check_failed", error=f"{type(e).__name__}: {e}")
+                await asyncio.wait_for(due.wait(), max(0.0, wake - self.clock()))
 
-    async def publish_news(self) -> None:
-        """Workloads whose next message is news the decider should not wait a publish
-        cycle for, published now: a capacity change settled (a scale-up's pod became
-        ready and every pod has been measured since: the next step of a saturated
-        scale-up rests on it) or a saturation onset (every pod just came to read
-        pinned over its recent span: the pinned rule's first step rests on it). Once
-        per workload between ticks, so pods that churn or flap cannot turn batches
-        into publishes."""
-        news = (
-            ("capacity_change_published", self.m.capacity_changes, self.core.take_settled()),
-            ("saturation_published", self.m.saturations, self.core.take_saturated()),
+    async def publish_due(self) -> int:
+        """Workloads whose tick is complete, then those whose deadline passed: how many went out."""
+        store = self.core.store
+        published = await self._publish_each(store.take_complete(self.clock()), self.m.published_complete)
+        return published + await self._publish_each(
+            store.take_overdue(self.clock()), self.m.published_deadline
         )
-        if self.nc is None:
-            return
-        now = self.clock()
-        for event, counter, workloads in news:
-            for workload in workloads:
-                if workload in self._published_early:
-                    continue
-                message = self.core.message_of(workload, now, wall_offset_s=self._wall_offset_s)
-                if message is None:
-                    continue
-                self._published_early.add(workload)
-                if await self.publisher.publish(self.nc, workload, message) is True:
-                    counter.inc()
-                    self.m.metrics_out.inc()
-                    self.log.debug(
-                        event,
-                        workload="/".join(workload),
-                        pods=message.pods_fresh,
-                        since=message.since if message.since is not UNSET else None,
-                    )
 
-    async def publish_once(self) -> int:
-        started = slice_started = time.perf_counter()
-        busy = 0.0
+    async def _publish_each(self, workloads: list[WorkloadTuple], counter: Any) -> int:
+        published = 0
         now = self.clock()
-        self._wall_offset_s = offset = self.clock.step_s()
-        self.m.wall_step.set(offset)
-        self._published_early.clear()
-        published = too_large = 0
-        messages = self.core.iter_messages(now, wall_offset_s=offset)
-        for workloads, (workload, message) in enumerate(messages, start=1):
+        for count, workload in enumerate(workloads, start=1):
+            message = self.core.message_of(workload, now, wall_offset_s=self._wall_offset_s)
             if message is not None:
                 sent = await self.publisher.publish(self.nc, workload, message)
                 published += sent is True
-                too_large += sent is None
-            if workloads % PUBLISH_SLICE == 0:
-                busy += time.perf_counter() - slice_started
-                await asyncio.sleep(0)
-                slice_started = time.perf_counter()
+                if sent is None:
+                    self._too_large.add(workload)
+                elif sent:
+                    self._too_large.discard(workload)
+            if count % PUBLISH_SLICE == 0:
+                await self._pause()
+                now = self.clock()
         if published:
+            counter.inc(published)
             self.m.metrics_out.inc(published)
-        self.m.too_large.set(too_large)
-        done = time.perf_counter()
-        self.m.publish_seconds.observe(busy + done - slice_started)
-        self.m.publish_wall_seconds.observe(done - started)
+        if workloads:
+            self.m.too_large.set(len(self._too_large))
+        return published
+
+    async def _pause(self) -> None:
+        """Lets the batches held back by a long pass in."""
+        paused = time.perf_counter()
+        await asyncio.sleep(0)
+        self._paused_s += time.perf_counter() - paused
+
+    async def publish_once(self) -> int:
+        """The cycle: what is due published, every workload expired, the gauges set."""
+        started = time.perf_counter()
+        paused = self._paused_s
+        self._wall_offset_s = offset = self.clock.step_s()
+        self.m.wall_step.set(offset)
+        published = await self.publish_due()
+        now = self.clock()
+        for workloads, _ in enumerate(self.core.iter_messages(now, build=False), start=1):
+            if workloads % PUBLISH_SLICE == 0:
+                await self._pause()
         store = self.core.store
+        self._too_large.intersection_update(store.workloads)
+        self.m.too_large.set(len(self._too_large))
+        done = time.perf_counter()
+        self.m.publish_seconds.observe(done - started - (self._paused_s - paused))
+        self.m.publish_wall_seconds.observe(done - started)
         self.m.workloads.set(store.workload_count)
         self.m.pods.set(store.pod_count)
         self.m.span.set(store.span_s)  # requests that ended shrink it
@@ -475,18 +469,13 @@ class AggregatorService:
             gc.collect()
             gc.freeze()
             gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
-        loops = [
-            asyncio.create_task(every(ctx.stop, self.settings.publish_interval_s, self.publish_once)),
-            asyncio.create_task(self.onset_loop()),
-        ]
+        publishing = asyncio.create_task(self.publish_loop())
         try:
             await ctx.stop.wait()
         finally:
-            for task in loops:
-                task.cancel()
-            for task in loops:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            publishing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await publishing
             await drain(nc)
             self.log.info("aggregator_stopped")
 

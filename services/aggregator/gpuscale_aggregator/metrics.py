@@ -54,7 +54,7 @@ class AggregatorMetrics:
         self.pods = Gauge("gpuscale_aggregator_pods", "Pods with samples in the window", registry=registry)
         self.publish_seconds = Histogram(
             "gpuscale_aggregator_publish_cycle_seconds",
-            "Work of one publish cycle (expire, compute, encode, publish every workload)",
+            "Work of one publish cycle (publish the workloads due, expire every workload)",
             buckets=_FAST_BUCKETS,
             registry=registry,
         )
@@ -92,7 +92,7 @@ class AggregatorMetrics:
         )
         self.too_large = Gauge(
             "gpuscale_aggregator_workloads_too_large",
-            "Workloads whose metrics message exceeded max_payload in the last publish cycle",
+            "Workloads whose last metrics message exceeded max_payload",
             registry=registry,
         )
         self.backlog = Gauge(
@@ -119,18 +119,15 @@ class AggregatorMetrics:
             "in and out follow the wall clock",
             registry=registry,
         )
-        self.capacity_changes = Counter(
-            "gpuscale_aggregator_capacity_change_publishes_total",
-            "Metrics messages published out of the cycle: a workload's capacity changed (a pod "
-            "became ready) and every pod has been measured since",
+        published = Counter(
+            "gpuscale_aggregator_messages_published_total",
+            "Metrics messages published, by why: complete (every fresh pod of the workload has "
+            "reported since its last message) or deadline (--publish-interval since its last message)",
+            ["why"],
             registry=registry,
         )
-        self.saturations = Counter(
-            "gpuscale_aggregator_saturation_publishes_total",
-            "Metrics messages published out of the cycle: every fresh pod of a workload has just "
-            "come to read gpu_util pinned at its ceiling over the recent span its policy asks for",
-            registry=registry,
-        )
+        self.published_complete = published.labels(why="complete")
+        self.published_deadline = published.labels(why="deadline")
         self.span = Gauge(
             "gpuscale_aggregator_window_span_seconds",
             "The longest window a GPUScaler asks for now (up to --max-window): samples older are dropped",

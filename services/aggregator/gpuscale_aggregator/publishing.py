@@ -1,13 +1,10 @@
-"""Publishing the windows: one metrics message per workload, and the cycle's pace."""
+"""Publishing the windows: one metrics message per workload, within the server's max_payload."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from gpuscale import codec, subjects
-from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import LogThrottle, OncePerKey
 from gpuscale.natsio import NATS
 from gpuscale.subjects import WorkloadKey
@@ -16,20 +13,6 @@ from gpuscale.wire import WorkloadMetrics
 from .metrics import AggregatorMetrics
 
 DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024  # NATS' own default, until the server says
-
-
-async def every(stop: asyncio.Event, interval: float, tick: Callable[[], Awaitable[object]]) -> None:
-    """Run ``tick`` every ``interval`` seconds until ``stop``."""
-    loop = asyncio.get_running_loop()
-    next_at = loop.time() + interval
-    while not stop.is_set():
-        await sleep_unless_stopped(stop, max(0.0, next_at - loop.time()))
-        if stop.is_set():
-            return
-        await tick()
-        next_at += interval
-        if next_at < loop.time():  # fell behind: skip missed ticks instead of bursting
-            next_at = loop.time() + interval
 
 
 class MetricsPublisher:

@@ -60,7 +60,8 @@ class AggregatorSettings(CommonSettings):
         "--publish-interval",
         env="GPUSCALE_PUBLISH_INTERVAL",
         parse=seconds,
-        help="seconds between metrics messages",
+        help="the longest a workload waits between metrics messages (one is sent sooner once every "
+        "fresh pod has reported since the last); also how often old buckets are expired",
     )
     samples_storage: str = option(
         "file",

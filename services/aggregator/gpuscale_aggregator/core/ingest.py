@@ -101,7 +101,6 @@ class Aggregator:
     def __init__(self, config: WindowConfig | None = None, *, on_unknown: UnknownSink | None = None) -> None:
         """``on_unknown``: told once per field or metric name a newer producer sends."""
         self.store = WindowStore(config)
-        self.window_s = self.store.config.window_s  # the default; a policy may ask for another
         self.sequences = SeqTracker()
         self.clocks = SenderClocks()
         self.reader = Reader(SampleBatch, on_unknown=on_unknown)
@@ -159,30 +158,13 @@ class Aggregator:
         return [m for _, m in self.iter_messages(now) if m is not None]
 
     def iter_messages(
-        self, now: float, *, wall_offset_s: float = 0.0
+        self, now: float, *, build: bool = True, wall_offset_s: float = 0.0
     ) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
         """See :meth:`WindowStore.iter_messages`; also forgets silent sources."""
         for node in self.sequences.forget_before(now - self.store.span_s):
             if isinstance(node, str):
                 self.clocks.forget(node)
-        return self.store.iter_messages(now, wall_offset_s=wall_offset_s)
-
-    def take_settled(self) -> list[WorkloadTuple]:
-        """Workloads whose capacity changed and whose every fresh pod has been
-        measured since (see :meth:`WindowStore._settle`), each once; their next
-        message is news the decider should not wait a publish cycle for."""
-        store = self.store
-        settled, store.settled = store.settled, []
-        return settled
-
-    def take_saturated(self) -> list[WorkloadTuple]:
-        """Workloads whose every fresh pod has just come to read gpu_util pinned at its
-        ceiling over the recent span its policy asked for (see
-        :meth:`WindowStore.confirm_onsets`), each once per run of pinned samples: the pinned rule's step is
-        news the decider should not wait a publish cycle for either."""
-        store = self.store
-        saturated, store.saturated = store.saturated, {}
-        return list(saturated)
+        return self.store.iter_messages(now, build=build, wall_offset_s=wall_offset_s)
 
     def message_of(
         self, workload: WorkloadTuple, now: float, *, wall_offset_s: float = 0.0

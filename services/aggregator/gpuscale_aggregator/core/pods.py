@@ -44,16 +44,8 @@ from typing import Final
 
 from gpuscale.wire import HEALTH_OK, SampleBatch
 
-from .records import (
-    COUNT_MAX,
-    EMPTY,
-    HUGE,
-    NO_ENGINE,
-    PINNED_UTIL,
-    RECORD,
-    TOTALS_RECORD,
-)
-from .rings import Rings
+from .records import COUNT_MAX, EMPTY, HUGE, NO_ENGINE, RECORD, TOTALS_RECORD
+from .rings import AWAITED, Rings
 
 # (namespace, workload kind, workload name)
 WorkloadTuple = tuple[str, str, str]
@@ -69,10 +61,11 @@ class WindowConfig:
     max_window_s: float = 300.0
     # How many workloads may have a window of their own (bounded memory against a flood).
     max_requests: int = 100_000
+    publish_interval_s: float = 2.0  # a workload's message is due this long after its last at the latest
 
     def __post_init__(self) -> None:
-        if not self.window_s > 0 or not self.bucket_s > 0 or not self.stale_intervals > 0:
-            raise ValueError("window_s, bucket_s and stale_intervals must be positive")
+        if not min(self.window_s, self.bucket_s, self.stale_intervals, self.publish_interval_s) > 0:
+            raise ValueError("window_s, bucket_s, stale_intervals and publish_interval_s must be positive")
         if self.max_window_s < self.window_s:
             raise ValueError("max_window_s must not be shorter than window_s")
 
@@ -95,10 +88,15 @@ TTL_MAX_S: Final = 3600.0
 # Why a window request was not taken as asked (a metrics label: low cardinality).
 CLAMPED: Final = "clamped"  # shorter than a bucket or longer than max_window_s: the nearest allowed
 TOO_MANY: Final = "too_many_workloads"  # max_requests workloads already have a window of their own
-# Capacity changes followed at once, at most, and only in workloads of at most so many
-# pods (the rest wait for the tick): what a batch can make the core re-check is bounded.
-MAX_PENDING_CHANGES: Final = 256
-MAX_FOLLOWED_PODS: Final = 64
+
+
+@dataclass(slots=True)
+class Tick:
+    """A workload's tick: when its last message was built, and how many of the pods fresh
+    then have not been heard since (0: complete)."""
+
+    at: float
+    awaiting: int
 
 
 class PodWindows(Rings):
@@ -122,23 +120,11 @@ class PodWindows(Rings):
         # workload -> pod -> the pod's number (no flat map of pods: memory is the
         # budget, and a second lookup per GPU owner costs less than its keys).
         self.workloads: dict[WorkloadTuple, dict[str, int]] = {}
-        # Capacity changes (a pod joined a workload: a scale-up's pod became ready) not yet
-        # measured on every pod: workload -> the joining pod's first sample. Once every
-        # fresh pod has been heard since, the workload is ``settled``: its next message is
-        # the first that tells the per-pod load after the change, and the shell need not
-        # wait for its tick to say so.
-        self.changes: dict[WorkloadTuple, float] = {}
-        self.settled: list[WorkloadTuple] = []
-        # Saturation onset: per pod (in the rings), whether every sample since its last
-        # gpu_util below the pinned level was pinned (a run), and when that last one was
-        # (taken when a run begins: the pod's newest sample before it; a new pod's first
-        # sample). Once every fresh pod of a workload is in a run, the workload's onset is
-        # due when the last unpinned bucket leaves the recent span its policy asked for
-        # (``onsets``: workload -> that time); then, checked again, it is ``saturated``:
-        # the step a pinned metric asks for should not wait for the tick.
-        self.onsets: dict[WorkloadTuple, float] = {}
-        self.onset_scheduled = False  # an onset was (re)scheduled since the shell last looked
-        self.saturated: dict[WorkloadTuple, None] = {}  # in the order found; a set's lookups
+        # Every workload's tick, oldest message first: the front is the next deadline.
+        self.ticks: dict[WorkloadTuple, Tick] = {}
+        # Workloads whose tick completed since the shell last took them (an ordered set).
+        self.complete: dict[WorkloadTuple, None] = {}
+        self._early: list[tuple[float, WorkloadTuple]] = []  # (due, workload): complete within a bucket
 
     # --- what policies ask for ----------------------------------------------------
 
@@ -210,18 +196,19 @@ class PodWindows(Rings):
         members = self.workloads.get(workload)
         if members is None:
             members = self.workloads[workload] = {}
+            # Complete at once, due a bucket later: the pods of one tick on other nodes come first.
+            self.ticks[workload] = Tick(ts, 0)
         members[pod] = pid
-        if 1 < len(members) <= MAX_FOLLOWED_PODS:
-            held = self.changes.get(workload)
-            if held is not None:
-                self.changes[workload] = max(held, ts)
-            elif len(self.changes) < MAX_PENDING_CHANGES:
-                self.changes[workload] = ts
         return pid
 
-    def _free_pod(self, workload: WorkloadTuple, pod: str, pid: int) -> None:
-        """A pod whose samples have all left the window leaves its workload."""
-        self._release_pod(pid)
+    def _hear(self, pid: int, workload: WorkloadTuple) -> None:
+        """The pod's first sample since its workload's last message (a new pod's first)."""
+        tick = self.ticks[workload]
+        if self._unheard[pid] == AWAITED:
+            tick.awaiting -= 1
+        self._unheard[pid] = 0
+        if tick.awaiting <= 0:
+            self.complete[workload] = None
 
     # --- ingest -------------------------------------------------------------------
 
@@ -256,12 +243,7 @@ class PodWindows(Rings):
         unpack_from = RECORD.unpack_from
         size = RECORD.size
         engine_ids = self._engine
-        changes = self.changes  # almost always empty: one truth test per owner
-        half_bucket = self._half_bucket
-        pinned = self._pinned
-        pinned_util = PINNED_UTIL
-        touched: set[WorkloadTuple] | None = None
-        begun: set[WorkloadTuple] | None = None  # workloads where a pod began a pinned run
+        unheard = self._unheard
         for g in batch.gpus:
             util = g.util
             owners = g.owners
@@ -283,12 +265,8 @@ class PodWindows(Rings):
                 pid = None if members is None else members.get(o.pod)
                 if pid is None:
                     pid = self._new_pod(workload, o.pod, bucket, ts)
-                # Only a pod not heard since the change can settle it: each pod re-checks
-                # its workload at most once per change, however many batches it sends.
-                if changes and last_seen[pid] <= changes.get(workload, -math.inf) - half_bucket:
-                    if touched is None:
-                        touched = set()
-                    touched.add(workload)
+                if unheard[pid]:  # once per pod per message: the rest of its samples pass here
+                    self._hear(pid, workload)
                 engine = o.engine
                 eid = engine_ids[pid]
                 if engine and eid == NO_ENGINE:
@@ -390,44 +368,9 @@ class PodWindows(Rings):
                     self._add_late(
                         pid, at_slot, bucket, ts, (util, sm_active, sm_util, ratio, mem, power), engine
                     )
-                if util < pinned_util:
-                    if pinned[pid]:
-                        pinned[pid] = 0
-                elif not pinned[pid]:
-                    self._run_begins(pid)
-                    if begun is None:
-                        begun = set()
-                    begun.add(workload)
                 if ts >= last_seen[pid]:
                     last_seen[pid] = ts
                     intervals[pid] = interval_s
-        if touched is not None:
-            for workload in touched:
-                self._settle(workload, ts)
-        if begun is not None:
-            for workload in begun:
-                self._schedule_onset(workload, ts)
-
-    def _settle(self, workload: WorkloadTuple, now: float) -> None:
-        """``workload``'s capacity change is settled once every fresh pod has a sample
-        from after it (the same edge the averages start at: a tick's spread kept), or
-        dropped when it is no change (pods starting together: one capacity)."""
-        members = self.workloads.get(workload)
-        since = None
-        if members is not None and 1 < len(members) <= MAX_FOLLOWED_PODS:
-            since = self._capacity_change(members, now - self.window_of(workload))
-        if since is None or members is None:
-            self.changes.pop(workload, None)
-            return
-        after = since - self._half_bucket
-        stale_after = self.config.stale_intervals
-        last_seen, intervals = self._last_seen, self._interval
-        for pid in members.values():
-            seen = last_seen[pid]
-            if seen <= after and now - seen <= stale_after * intervals[pid]:
-                return  # a fresh pod not heard since the change yet
-        del self.changes[workload]
-        self.settled.append(workload)
 
     def _capacity_change(self, members: dict[str, int], cutoff: float) -> float | None:
         """When a pod joined the others within the window (a scale-up's pod became
@@ -440,54 +383,3 @@ class PodWindows(Rings):
         if newest <= cutoff or newest - min(times) < 2.0 * self.config.bucket_s:
             return None
         return newest
-
-    def _onset_span(self, workload: WorkloadTuple, now: float) -> tuple[float, float] | None:
-        """When ``workload``'s recent means read gpu_util pinned on every fresh pod, given
-        that every fresh pod is in a run of pinned samples now: from the moment the newest
-        unpinned bucket leaves the policy's ``recent_s`` (as :meth:`_recent` reads buckets:
-        by their newest sample) until the first fresh pod falls silent within it (a pod
-        with no recent means reads, to the decider, as not pinned). None where a fresh pod
-        is not in a run, where no policy reads recent means, or past MAX_FOLLOWED_PODS
-        pods (those wait for the tick)."""
-        wanted = self.wanted.get(workload)
-        members = self.workloads.get(workload)
-        if wanted is None or wanted.recent_s is None or members is None or len(members) > MAX_FOLLOWED_PODS:
-            return None
-        stale_after, recent = self.config.stale_intervals, wanted.recent_s
-        inv = self._inv_bucket
-        last_seen, intervals = self._last_seen, self._interval
-        pinned, unpinned_at = self._pinned, self._unpinned_at
-        since, until = -math.inf, math.inf
-        for pid in members.values():
-            seen = last_seen[pid]
-            if now - seen > stale_after * intervals[pid]:
-                continue  # stale: the decider counts it missing, neither pinned nor not
-            if not pinned[pid]:
-                return None
-            left = unpinned_at[pid]
-            bucket = int(left * inv)
-            slot_ts, _, _, base, _, n = self._rings(pid)
-            held = slot_ts[base + bucket % n]
-            if held != EMPTY and int(held * inv) == bucket and held > left:
-                left = held  # later pinned samples share its bucket: it leaves with the newest
-            since = max(since, left + recent)
-            until = min(until, seen + recent)
-        return since, until
-
-    def _run_begins(self, pid: int) -> None:
-        """A pinned sample after an unpinned one (or a pod's first): a run begins. Its
-        last unpinned sample is the pod's newest before this one (a late sample may have
-        been older: then the run is dated later than it began, never earlier)."""
-        self._pinned[pid] = 1
-        seen = self._last_seen[pid]
-        self._unpinned_at[pid] = seen if seen > 0.0 else self._joined[pid]
-
-    def _schedule_onset(self, workload: WorkloadTuple, now: float) -> None:
-        """After a batch in which a pod of ``workload`` began a run: if every fresh pod
-        is in one, the workload's onset is due when the last unpinned bucket leaves the
-        span (at most MAX_PENDING_CHANGES workloads wait at once). One walk of the
-        workload's pods per batch, however many of its pods began a run in it."""
-        span = self._onset_span(workload, now)
-        if span is not None and (workload in self.onsets or len(self.onsets) < MAX_PENDING_CHANGES):
-            self.onsets[workload] = span[0]
-            self.onset_scheduled = True

@@ -13,7 +13,6 @@ import operator
 import struct
 from typing import Any, Final
 
-from gpuscale.policy import CEILINGS, PINNED_SHARE
 from gpuscale.wire import METRIC_NAMES, EngineSignals
 
 # The metrics the window computes, in the order its hot loops spell them out,
@@ -61,8 +60,6 @@ EMPTY_ENGINE: Final = (0.0,) * N_ENGINE + (0,) * N_ENGINE
 ENGINE_TOTALS: Final = 2 * N_ENGINE
 ENGINE_TOTALS_RECORD: Final = struct.Struct(f"={ENGINE_TOTALS}d")
 NO_ENGINE: Final = -1
-# A pod's gpu_util sample at or above this is pinned at the ceiling (the decider's rule).
-PINNED_UTIL: Final = PINNED_SHARE * CEILINGS["gpu_util"]
 
 NO_ENGINE_VALUES: Final[tuple[float | None, ...]] = (None,) * N_ENGINE
 # EngineSignals carries each engine metric under its own name.

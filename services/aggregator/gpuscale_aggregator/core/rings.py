@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from array import array
 from operator import add, sub
-from typing import Any
+from typing import Any, Final
 
 from gpuscale.wire import NO_METRICS, UNSET, MetricValues
 
@@ -63,11 +63,15 @@ from .records import (
 # Where a pod's ring lies: its buckets' times, records and engine records, the
 # index of its first bucket in the times and records, in the engine records, and its length.
 Where = tuple["array[float]", bytearray, bytearray, int, int, int]
+# A pod not heard since its workload's last message: fresh then (its workload waits for it),
+# or not (stale then, or new since: heard, it completes nothing its fresh siblings have not).
+AWAITED: Final = 1
+UNAWAITED: Final = 2
 
 
 class Rings:
     """Per pod number: a ring of buckets, the closed buckets' totals and the pod's
-    bookkeeping (last sample, interval, first sample, pinned run), all packed."""
+    bookkeeping (last sample, interval, first sample, heard since its workload's message), all packed."""
 
     def __init__(self, slots: int, bucket_s: float) -> None:
         self.slots = slots  # the shared rings' length
@@ -89,10 +93,7 @@ class Rings:
         self._interval = array("d")
         self._joined = array("d")  # the pod's first sample in this life: when it came to serve
         self._engine = array("q")  # per pod: its engine number, NO_ENGINE: none yet
-        # Saturation onset (the policy's): whether the pod is in a run of pinned
-        # samples, and when its last unpinned one was.
-        self._unpinned_at = array("d")
-        self._pinned = bytearray()
+        self._unheard = bytearray()  # 0: heard since its workload's last message, else AWAITED, UNAWAITED
         # Per engine number × slot, and per engine number:
         self._engine_ring = bytearray()  # ENGINE_RECORD per bucket
         self._engine_totals = array("d")  # ENGINE_TOTALS per engine pod
@@ -178,11 +179,10 @@ class Rings:
             self._interval.append(1.0)
             self._joined.append(0.0)
             self._engine.append(NO_ENGINE)
-            self._unpinned_at.append(0.0)
-            self._pinned.append(0)
+            self._unheard.append(UNAWAITED)
         self._open[pid] = -1
         self._joined[pid] = ts
-        self._pinned[pid] = 0
+        self._unheard[pid] = UNAWAITED
         self._oldest[pid] = bucket
         self._last_seen[pid] = 0.0
         self._interval[pid] = 1.0

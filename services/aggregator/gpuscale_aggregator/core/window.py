@@ -26,6 +26,10 @@ Semantics of the window (the table tests pin each one down):
   metric (as HPA averages ``Pods`` metrics). Stale pods are listed in ``pods``
   with their window values and ``last_seen`` and counted in ``pods_stale``, but
   are not averaged: the decider applies HPA's missing-pods rule to them.
+- A workload's message is due when its tick is complete (every pod fresh at its
+  last message has had a sample taken since; a pod stale then, or new since, is
+  not waited for), at most once per ``bucket_s``, or ``publish_interval_s`` after
+  its last message, whichever comes first.
 
 The parts: :mod:`.records` (what a bucket holds), :mod:`.rings` (the packed
 storage), :mod:`.pods` (which pod and window a sample feeds), and this module
@@ -34,6 +38,7 @@ storage), :mod:`.pods` (which pod and window a sample feeds), and this module
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from operator import add
 from typing import Any
@@ -42,8 +47,6 @@ from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
 
 from .pods import (
     CLAMPED,
-    MAX_FOLLOWED_PODS,
-    MAX_PENDING_CHANGES,
     TOO_MANY,
     TTL_MAX_S,
     TTL_MIN_S,
@@ -53,12 +56,11 @@ from .pods import (
     WorkloadTuple,
 )
 from .records import EMPTY, ENGINE_METRICS, KV, N_ENGINE, NO_ENGINE, RECORD, TOTALS_RECORD, WINDOW_METRICS
+from .rings import AWAITED, UNAWAITED
 
 __all__ = [
     "CLAMPED",
     "ENGINE_METRICS",
-    "MAX_FOLLOWED_PODS",
-    "MAX_PENDING_CHANGES",
     "TOO_MANY",
     "TTL_MAX_S",
     "TTL_MIN_S",
@@ -74,31 +76,44 @@ class WindowStore(PodWindows):
     """Every workload's pods and their windows, and the messages they make. Pure:
     ``now`` is a parameter."""
 
-    # --- saturation onsets, confirmed -------------------------------------------
+    # --- which messages are due ---------------------------------------------------
 
-    def next_onset(self) -> float | None:
-        """The earliest onset due (the shell wakes then), None: none pending."""
-        return min(self.onsets.values(), default=None)
+    def take_complete(self, now: float) -> list[WorkloadTuple]:
+        """Workloads whose tick is complete and whose last message is a bucket old; those
+        complete sooner wait for that (``next_due``): a fast sender cannot multiply messages."""
+        ticks, bucket_s, early = self.ticks, self.config.bucket_s, self._early
+        due = []
+        for workload in self.complete:
+            tick = ticks.get(workload)
+            if tick is not None:
+                if tick.at + bucket_s <= now:
+                    due.append(workload)
+                else:
+                    heapq.heappush(early, (tick.at + bucket_s, workload))
+        self.complete.clear()
+        while early and early[0][0] <= now:
+            at, workload = heapq.heappop(early)
+            tick = ticks.get(workload)
+            if tick is not None and tick.at + bucket_s == at:  # no message since it completed
+                due.append(workload)
+        return list(dict.fromkeys(due))  # a new pod may complete it twice before it is due
 
-    def confirm_onsets(self, now: float) -> None:
-        """Onsets due by ``now``, checked again: a workload whose every fresh pod is
-        still in its run, each heard within the span, is ``saturated`` (its message at
-        ``now`` reads pinned recent means); one due later now (a pod joined in a run of
-        its own, a pinned sample joined an unpinned bucket) is due again then; one
-        where a run ended or a pod fell silent is dropped (the next run schedules it
-        again)."""
-        for workload, due in list(self.onsets.items()):
-            if due > now:
-                continue
-            del self.onsets[workload]
-            span = self._onset_span(workload, now)
-            if span is None:
-                continue
-            since, until = span
-            if since > now:
-                self.onsets[workload] = since
-            elif now < until:
-                self.saturated[workload] = None
+    def take_overdue(self, now: float) -> list[WorkloadTuple]:
+        """Workloads whose last message is ``publish_interval_s`` old (a pod fell silent)."""
+        cutoff = now - self.config.publish_interval_s
+        overdue = []
+        for workload, tick in self.ticks.items():
+            if tick.at > cutoff:
+                break
+            overdue.append(workload)
+        return overdue
+
+    def next_due(self) -> float | None:
+        """When a message is due next, unless a tick completes sooner (None: no workload)."""
+        deadline = next(iter(self.ticks.values())).at + self.config.publish_interval_s if self.ticks else None
+        if self._early and (deadline is None or self._early[0][0] < deadline):
+            return self._early[0][0]
+        return deadline
 
     # --- time passing and reading ----------------------------------------------
 
@@ -120,10 +135,6 @@ class WindowStore(PodWindows):
         carry (``ts``, ``since``, ``last_seen``) where the window runs on a clock of
         its own and receivers compare them with their wall clocks."""
         self._lapse(now)
-        self.settled.clear()  # every workload's message follows: none waits on its change
-        self.saturated.clear()
-        if self.changes:
-            self._forget_changes(now)
         for workload, members in list(self.workloads.items()):
             message = self._expire_and_build(workload, members, now, build, wall_offset_s)
             if members:
@@ -138,13 +149,6 @@ class WindowStore(PodWindows):
         if members is None:
             return None
         return self._expire_and_build(workload, members, now, True, wall_offset_s)
-
-    def _forget_changes(self, now: float) -> None:
-        """Changes never settled (a pod went quiet) end when the window has passed them."""
-        workloads = self.workloads
-        for workload, joined_at in list(self.changes.items()):
-            if workload not in workloads or joined_at <= now - self.window_of(workload):
-                del self.changes[workload]
 
     def _expire_and_build(
         self, workload: WorkloadTuple, members: dict[str, int], now: float, build: bool, wall_offset_s: float
@@ -171,9 +175,11 @@ class WindowStore(PodWindows):
                 if not self._evict(pid, after if last_seen[pid] > after else cutoff)
             ]
         for pod in gone:
-            self._free_pod(workload, pod, members.pop(pod))
+            self._release_pod(members.pop(pod))
         if not members:
             self.workloads.pop(workload, None)
+            self.ticks.pop(workload, None)
+            self.complete.pop(workload, None)
             return None
         if not build:
             return None
@@ -219,6 +225,7 @@ class WindowStore(PodWindows):
         engine_counts = [0] * N_ENGINE
         no_engine = (unset,) * N_ENGINE
         engine_ids = self._engine
+        unheard = self._unheard
         for pod in sorted(members):
             pid = members[pod]
             t = pid * per_pod
@@ -248,8 +255,10 @@ class WindowStore(PodWindows):
                     PodMetrics(pod, values, seen + wall_offset_s, self._recent(pid, now - recent_s))
                 )
             if now - seen > stale_after * intervals[pid]:
+                unheard[pid] = UNAWAITED
                 stale += 1
                 continue
+            unheard[pid] = AWAITED
             fresh += 1
             if v0 is not unset:
                 a0 += v0
@@ -274,6 +283,10 @@ class WindowStore(PodWindows):
                     if v is not unset:
                         engine_sums[i] += v
                         engine_counts[i] += 1
+        tick = self.ticks.pop(workload)  # to the back: the front is the next deadline
+        tick.at, tick.awaiting = now, fresh
+        self.ticks[workload] = tick
+        self.complete.pop(workload, None)
         averages = MetricValues(
             min(a0 / n0, 100.0) if n0 else unset,
             min(a1 / n1, 100.0) if n1 else unset,
