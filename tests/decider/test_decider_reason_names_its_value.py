@@ -1,6 +1,7 @@
-"""A reason names the value it rests on: a window mean in HPA's words, a recent mean
-as one, and an estimate as an estimated demand with its unit, never as a reading of
-the metric (a gpu_util of 200 does not exist). The decision's inputs say the same."""
+"""A reason names the value it rests on: a window mean in HPA's words, and an
+estimate as an estimated demand with its unit and the flows it rests on, never as a
+reading of the metric (a gpu_util of 200 does not exist). The decision's inputs say
+the same."""
 
 from __future__ import annotations
 
@@ -12,20 +13,24 @@ from .scenario import P, policy, step
 
 UTIL = policy()  # gpu_util, target 70
 QUEUE = policy(metrics=[{"name": "requests_waiting", "target": 4}])
+# 16 requests/s arrive at a pod that finishes 8/s, over the window.
 FLOWS = {"request_arrival_rate": 16.0, "request_completion_rate": 8.0}
 
 CASES = {
     "window mean: HPA's wording": (UTIL, 2, (P(83.0), P(83.0)), "gpu_util 83.0 over target 70", "window mean"),
-    "pinned, no engine: judged on the recent mean, named so": (
-        UTIL, 2, (P(60.0, recent={"gpu_util": 100.0}),) * 2, "gpu_util recent mean 100.0 over target 70", "recent mean",
+    "pinned, flows say twice what it serves: an estimated demand in GPU-%": (
+        UTIL, 1, (P({"gpu_util": 100.0, **FLOWS}),),
+        "gpu_util: estimated demand 200.0 GPU-% (16.0 requests/s arriving, 8.0/s served per pod) "
+        "over target 70", "estimated demand",
     ),
-    "pinned, flows size it: an estimated demand in GPU-%": (
-        UTIL, 1, (P(53.0, recent={"gpu_util": 100.0, **FLOWS}),),
-        "gpu_util: estimated demand 200.0 GPU-% over target 70", "estimated demand",
+    "one pod with flows, one without: named as both": (
+        UTIL, 2, (P({"gpu_util": 100.0, **FLOWS}), P(80.0)),
+        "gpu_util: estimated demand and window means 140.0 GPU-%", "estimated demand and window means",
     ),
-    "a growing queue: judged on its recent mean, named so": (
-        QUEUE, 2, (P({"requests_waiting": 4.0}, recent={"requests_waiting": 10.0}),) * 2,
-        "requests_waiting recent mean 10.0 over target 4", "recent mean",
+    "a queue: sized by what arrives at the pod's service rate": (
+        QUEUE, 1, (P({"requests_waiting": 4.0, **FLOWS}),),
+        "requests_waiting: estimated demand 8.0 (16.0 requests/s arriving and 4.0 waiting per pod; a pod "
+        "serves 8.0/s at its limit, measured on a pod with a queue) over target 4", "estimated demand",
     ),
 }  # fmt: skip
 

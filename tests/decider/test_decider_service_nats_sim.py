@@ -164,10 +164,10 @@ def queue_message(
 ) -> WorkloadMetrics:
     """What the aggregator sends for pods with ``waiting`` queued and the engines' flows
     (requests/s per pod), the same over the window and its recent span."""
-    values = MetricValues(requests_waiting=waiting)
-    recent = MetricValues(
+    values = MetricValues(
         requests_waiting=waiting, request_arrival_rate=arriving, request_completion_rate=finished
     )
+    recent = values
     return WorkloadMetrics(
         namespace="default",
         kind="Deployment",
@@ -187,7 +187,7 @@ async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
 ) -> None:
     """Decider 1 sees 3 pods with a queue finish 6 requests/s each; decider 2, after a restart,
     sees the queue gone with 13 requests/s arriving. HPA's answer on the empty queue is 1; the
-    capacity, kept in the KV bucket, keeps the 3 that serve 13/s. A decider that forgot would
+    service rate, kept in the KV bucket, keeps the 3 that serve 13/s. A decider that forgot would
     cut to 1 and meet the queue again."""
     await kube_sim.create(deployment("llm", 3))
     policies = write_policies(
@@ -213,7 +213,7 @@ async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
         ].last_evaluation
         assert evaluation is not None
         assert evaluation.desired == 3, evaluation.reason
-        assert "a pod finished 6.0/s when it last had a queue" in evaluation.reason
+        assert "a pod serves 6.0/s at its limit, as last known" in evaluation.reason
         assert not watch.decisions
         # Fewer arrive: down to the 2 that serve them, not HPA's 1.
         await publish_metrics(nats_client, queue_message("llm", pods, 0.0, 7.0 / 3, 7.0 / 3, time.time()))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final
 
 from gpuscale.policy import GPUScalerSpec
 from gpuscale_decider.core.behavior import clamp_rate_and_bounds, cooldown, normalize
@@ -23,28 +22,18 @@ from gpuscale_decider.core.conditions import (
     active,
     limited,
 )
+from gpuscale_decider.core.demand import DEMAND, UNITS, Kind, ServiceRate, demand, service_rate
 from gpuscale_decider.core.observation import Observation, Target, same_window
 from gpuscale_decider.core.replicas import (
+    Basis,
     MetricProposal,
     PodView,
     Tolerances,
-    fmt_ago,
     fmt_seconds,
     metric_proposal,
     replicas_text,
 )
-from gpuscale_decider.core.saturation import (
-    QUEUES,
-    Remembered,
-    Signals,
-    adjust,
-    queue_capacity,
-)
 from gpuscale_decider.core.state import Capacity, ScalerState
-
-# A pod's sample tells the second before it and reaches the decider with the
-# aggregator's next publish: load moved by a scale-down shows this much after it.
-_SAMPLE_LAG_S: Final = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,30 +75,7 @@ def evaluate(
     stale_why = _fresh(spec, observation, now, max_metrics_age_s)
     proposals: tuple[MetricProposal, ...] = ()
     if not stale_why and observation is not None and pods is not None and target.selector:
-        tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
-        signals = Signals(observation.recent, observation.recent_s, observation.span_s)
-        if any(m.name in QUEUES for m in spec.metrics):
-            signals, state = _with_capacity(signals, state, now)
-        proposals = tuple(
-            adjust(
-                metric_proposal(
-                    m.name,
-                    m.target,
-                    observation.values.get(m.name, {}),
-                    pods,
-                    current,
-                    tolerances,
-                    spec.not_ready_pods,
-                ),
-                observation.values.get(m.name, {}),
-                signals,
-                pods,
-                current,
-                tolerances,
-                spec.not_ready_pods,
-            )
-            for m in spec.metrics
-        )
+        proposals, state = _proposals(spec, current, pods, observation, state, now)
     valid = [p for p in proposals if p.replicas is not None]
     usage = {p.name: p.usage for p in valid if p.usage is not None} or None
 
@@ -192,10 +158,6 @@ def evaluate(
 
     normalized = normalize(spec, current, recommendation, state, now)
     desired, able_to_scale, steps = normalized.desired, normalized.able_to_scale, normalized.steps
-    if desired < current and observation is not None:
-        held = _scale_down_held(spec, state, observation, now)
-        if held is not None:
-            desired, able_to_scale, steps = current, held[0], (*steps, f"{held[1]}: keep {current}")
     state = replace(state, last_fresh_metrics=now, recommendations=normalized.recommendations)
     return Evaluation(
         current,
@@ -238,56 +200,6 @@ def _fresh(
             f"latest metrics arrived {age:.0f} s ago, longer than --max-metrics-age {max_metrics_age_s:g} s"
         )
     return ""
-
-
-def _scale_down_held(
-    spec: GPUScalerSpec, state: ScalerState, observation: Observation, now: float
-) -> tuple[Condition, str] | None:
-    """Why the means are no evidence for a scale-down yet, or None. Applied to the
-    decision after stabilization, like a cooldown, so the recommendations kept for
-    the stabilization window stay HPA's: held ones kept there would hold a
-    scale-down a whole window (300 s) after the hold ended.
-
-    **No scale-down on the first seconds after capacity arrives.** While the
-    averages cover less than the window because a pod became ready (``span_s``),
-    they start with the new pods taking their first requests: read as load per pod
-    they ask to undo the step just taken. HPA leaves a new pod's metric out until a
-    whole window was measured after it became ready (cpuInitializationPeriod).
-
-    **A scale-down is judged on what came after the last one.** For a few seconds
-    after pods leave, the means a decision rests on (the recent ones where sent,
-    else the window's) still hold seconds when those pods shared the load: per pod
-    they read low, and a second scale-down on them takes away what the first left.
-    It waits until they were measured after the last one took effect; a sample
-    tells the second before it and reaches the aggregator's next publish
-    (_SAMPLE_LAG_S). The user's ``cooldownSeconds``, while it holds, says so itself."""
-    if observation.span_s is not None:
-        return able(
-            True,
-            Reason.SCALE_DOWN_STABILIZED,
-            "the averages start when a pod became ready: no scale-down until they span the window",
-        ), (
-            f"a pod became ready {fmt_ago(observation.span_s)} (or the window was made longer): its "
-            "first seconds, while requests build up on it, are no evidence for a scale-down until the "
-            "averages span the window"
-        )
-    last = state.last_scale_down  # never after now: clock_bounded
-    if last is None or now - last < spec.scale_down.cooldown_seconds:
-        return None
-    recent_s = observation.recent_s
-    measured_for = observation.window_s if recent_s is None else recent_s + _SAMPLE_LAG_S
-    after = observation.received_at - last
-    if after >= measured_for:
-        return None
-    means = "window" if recent_s is None else f"last {recent_s:g} s"
-    return able(
-        False,
-        Reason.BACKOFF_DOWNSCALE,
-        "the metrics still hold seconds measured before the previous scale-down",
-    ), (
-        f"replicas went down {fmt_ago(max(0.0, after))}: the means of the {means} still hold seconds "
-        "when more pods shared the load, no evidence for a further scale-down"
-    )
 
 
 def averages_notes(observation: Observation, spec: GPUScalerSpec) -> tuple[str, ...]:
@@ -346,17 +258,32 @@ def _conditions(
     return Conditions(able_to_scale, scaling_active, scaling_limited)
 
 
-def _with_capacity(signals: Signals, state: ScalerState, now: float) -> tuple[Signals, ScalerState]:
-    """The signals with the queue's capacity as last measured and its age, and the
-    state remembering it: a queue measures it only while it has one, and reads 0
-    once capacity suffices (:func:`.saturation._kept_serving` judges the age)."""
-    measured = queue_capacity(signals)
-    if measured is not None:
-        state = replace(state, queue_capacity=Capacity(now, measured))
-    kept = state.queue_capacity
-    if kept is None:
-        return signals, state
-    return replace(signals, capacity=Remembered(kept.per_pod, now - kept.ts)), state
+def _proposals(
+    spec: GPUScalerSpec,
+    current: int,
+    pods: Sequence[PodView],
+    observation: Observation,
+    state: ScalerState,
+    now: float,
+) -> tuple[tuple[MetricProposal, ...], ScalerState]:
+    """HPA's calculation of each metric, once, on its demand estimates (:mod:`.demand`),
+    with the state remembering a service rate measured now."""
+    tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
+    rate: ServiceRate | None = None
+    if any(DEMAND.get(m.name) is Kind.QUEUE for m in spec.metrics):
+        kept = state.queue_capacity
+        rate = service_rate(observation, None if kept is None else kept.per_pod)
+        if rate is not None and rate.measured:
+            state = replace(state, queue_capacity=Capacity(now, rate.per_pod))
+    proposals = []
+    for m in spec.metrics:
+        d = demand(m.name, m.target, observation, rate)
+        proposal = metric_proposal(m.name, m.target, d.values, pods, current, tolerances, spec.not_ready_pods)
+        if d.estimated:
+            basis = Basis.ESTIMATE if d.estimated == len(d.values) else Basis.MIXED
+            proposal = replace(proposal, basis=basis, unit=UNITS.get(m.name, ""), demand=d.said(m.name))
+        proposals.append(proposal)
+    return tuple(proposals), state
 
 
 def _metrics_error(

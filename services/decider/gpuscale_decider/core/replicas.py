@@ -119,23 +119,15 @@ class Basis(StrEnum):
     """What the proposal's ``usage`` is: the reason names it, and a screen shows it so."""
 
     WINDOW = "window mean"  # HPA's: each counted pod's mean over the window
-    RECENT = "recent mean"  # each counted pod's mean over the last recent span
-    MIXED = "recent and window means"  # some pods judged on their recent mean, the rest on the window's
-    ESTIMATE = "estimated demand"  # what the pods are asked for, estimated from their engines
+    ESTIMATE = "estimated demand"  # every counted pod's demand, estimated (core.demand)
+    MIXED = "estimated demand and window means"  # some pods estimated, the rest at their window mean
 
 
-# The unit of a metric's estimated demand in the reason (an estimate is no reading of the metric).
-DEMAND_UNITS: dict[str, str] = {"gpu_util": "GPU-%", "sm_active": "%", "sm_util": "%", "kv_cache_usage": "%"}
-
-
-def fmt_usage(name: str, usage: float, basis: Basis) -> str:
+def fmt_usage(name: str, usage: float, basis: Basis, unit: str = "") -> str:
     """The value a proposal used, named as what it is (a window mean stays HPA's bare wording)."""
     if basis is Basis.WINDOW:
         return f"{name} {fmt_value(usage)}"
-    if basis is Basis.ESTIMATE:
-        unit = DEMAND_UNITS.get(name, "")
-        return f"{name}: estimated demand {fmt_value(usage)}{' ' + unit if unit else ''}"
-    return f"{name} {basis.value} {fmt_value(usage)}"
+    return f"{name}: {basis.value} {fmt_value(usage)}{' ' + unit if unit else ''}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,27 +148,24 @@ class MetricProposal:
     filled_missing_as: str = ""  # "at target" | "as 0" | "" (not filled)
     unready_as_zero: bool = False
     error: str = ""
-    # gpuscale's own rules (core.saturation) on top of HPA's: what they changed, and
-    # the count HPA's calculation gave when one of them held it back.
-    note: str = ""
-    calculated: int | None = None
     basis: Basis = Basis.WINDOW  # what ``usage`` is
+    unit: str = ""  # of an estimate
+    demand: str = ""  # what an estimate rests on (core.demand)
 
     @property
     def explanation(self) -> str:
-        text = self._calculation()
-        return f"{text}; {self.note}" if self.note else text
-
-    def _calculation(self) -> str:
         if self.replicas is None or self.ratio is None or self.usage is None or self.groups is None:
             return f"{self.name}: {self.error} (target {fmt_target(self.target)})"
-        result = self.replicas if self.calculated is None else self.calculated
+        result = self.replicas
         g = self.groups
         ratio = self.ratio
         relation = "over" if ratio > 1.0 else "under" if ratio < 1.0 else "at"
         total = g.ready + g.missing + g.unready
+        used = fmt_usage(self.name, self.usage, self.basis, self.unit)
+        if self.demand:
+            used += f" ({self.demand})"
         head = (
-            f"{fmt_usage(self.name, self.usage, self.basis)} {relation} target {fmt_target(self.target)} "
+            f"{used} {relation} target {fmt_target(self.target)} "
             f"(ratio {fmt_ratio(ratio)}) on {g.ready} of {count_pods(total)}"
         )
         if self.rule is Rule.WITHIN:

@@ -55,7 +55,7 @@ class ScalerState:
     last_failure: str = ""
     # Shadow mode: the (from, to) last advised, so advice goes out once per change.
     last_advice: tuple[int, int] | None = None
-    # The newest capacity a queue's engines measured (saturation.queue_capacity).
+    # The service rate a pod last showed while it had a queue (core.demand.service_rate).
     queue_capacity: Capacity | None = None
 
     @property

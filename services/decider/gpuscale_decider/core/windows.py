@@ -1,6 +1,6 @@
 """What a GPUScaler needs of the aggregator: its averaging window, and each
-pod's means over a short recent span (where a metric pinned at its ceiling
-shows seconds before the window's mean does). Purely computational.
+pod's means over a short recent span (a queue, a stock, is read at its latest
+level: :mod:`.demand`). Purely computational.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from typing import Final
 
 from gpuscale.policy import GPUScalerSpec
 
-# Knative's panic window is a tenth of its stable window; a recent span shorter
-# than three 1 s samples would flicker.
+# A tenth of the window, as Knative's panic window; shorter than three 1 s samples would flicker.
 RECENT_FRACTION: Final = 0.1
 RECENT_MIN_S: Final = 3.0
 

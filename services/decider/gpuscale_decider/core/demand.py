@@ -1,0 +1,187 @@
+"""The demand model: one estimate per pod and metric, in the metric's own units.
+
+Purely computational. HPA's calculation (:mod:`.replicas`) then runs once on
+these estimates, with its tolerance, missing-pod rules, stabilization and rate
+policies untouched. docs/GPUSCALER.md#the-demand-model states this table for users;
+docs/ARCHITECTURE.md derives it.
+
+A serving replica is a queue: requests arrive at λ a second, wait in the pod's
+own queue (W of them) for a slot, and finish at C a second, at most μ, the
+pod's service rate, which it reaches once requests wait. Over the policy's
+window (the span that says how long a load must last to count) a pod is asked
+to serve
+
+    D = λ + B / window    requests/s: what arrives, and the backlog now served within one window
+
+with λ and C the window's means of the engine's rates, and B the backlog: the
+queue at its latest level (its mean over the recent span: a stock is read where
+it is now) beyond what the policy tolerates (a queue target's requests; else none).
+
+=========  ===================================================  ==================  ============================
+kind       metrics                                              estimate            why
+=========  ===================================================  ==================  ============================
+served     gpu_util, sm_active, sm_util, kv_cache_usage,        value × D / C       the metric per request served
+           requests_running                                                         (utilization law, Little's
+                                                                                    law) times what is asked:
+                                                                                    past 100 % busy too
+queue      requests_waiting                                     target × D / μ      a queue target holds a pod at
+                                                                                    μ with ``target`` waiting: the
+                                                                                    pod asks for D / μ such pods
+level      the memory and power metrics; any metric whose       value               HPA's: no model of the metric,
+           pod's engine sends no rates                                              or nothing to apply it to
+=========  ===================================================  ==================  ============================
+
+μ is measured on a pod with a queue (it finishes all it can); failing that it
+is the larger of the last measurement (remembered) and what the utilization
+law bounds it by (``C × 100 / gpu_util``: a GPU cannot be more than all busy).
+With no engine rates every estimate is the value, and the answer is HPA's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from gpuscale_decider.core.observation import Observation
+
+
+class Kind(StrEnum):
+    SERVED = "served"
+    QUEUE = "queue"
+    LEVEL = "level"
+
+
+DEMAND: Final[Mapping[str, Kind]] = {
+    "gpu_util": Kind.SERVED,
+    "sm_active": Kind.SERVED,
+    "sm_util": Kind.SERVED,
+    "kv_cache_usage": Kind.SERVED,
+    "requests_running": Kind.SERVED,
+    "requests_waiting": Kind.QUEUE,
+}
+# The unit an estimate is told in (an estimate is no reading of the metric).
+UNITS: Final[Mapping[str, str]] = {
+    "gpu_util": "GPU-%",
+    "sm_active": "%",
+    "sm_util": "%",
+    "kv_cache_usage": "%",
+}
+
+ARRIVAL: Final = "request_arrival_rate"
+COMPLETION: Final = "request_completion_rate"
+WAITING: Final = "requests_waiting"
+BUSY: Final = "gpu_util"
+# A rate needs this many requests finished per pod over its span: a scrape counts whole requests.
+MIN_FINISHED: Final = 3.0
+# The utilization law needs the GPU this busy: below, a percent of noise moves μ by tens of percent.
+MIN_BUSY: Final = 5.0
+# A pod is at its service rate while at least one request waits.
+QUEUED: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceRate:
+    """μ, requests/s one pod finishes at its limit, and how it is known."""
+
+    per_pod: float
+    measured: bool  # on a pod with a queue now; else remembered or bounded by the utilization law
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One metric's per-pod estimates, and what they rest on (for the reason)."""
+
+    values: Mapping[str, float]  # pod -> estimate (the value itself where not estimated)
+    estimated: int  # pods whose value is an estimate
+    arriving: float = 0.0  # mean over the estimated pods: λ, W, C (requests/s, requests, requests/s)
+    waiting: float = 0.0
+    served: float = 0.0
+    rate: ServiceRate | None = None  # the queue's μ
+
+    def said(self, name: str) -> str:
+        """What the estimate rests on, as the reason tells it ("" where none was made)."""
+        if not self.estimated:
+            return ""
+        flows = f"{fmt(self.arriving)} requests/s arriving"
+        if self.waiting >= QUEUED / 2:
+            flows += f" and {fmt(self.waiting)} waiting"
+        if DEMAND.get(name) is Kind.QUEUE and self.rate is not None:
+            how = "measured on a pod with a queue" if self.rate.measured else "as last known"
+            return f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {how}"
+        return f"{flows}, {fmt(self.served)}/s served per pod"
+
+
+def service_rate(observation: Observation, remembered: float | None) -> ServiceRate | None:
+    """μ per pod: measured where pods have a queue now, else the larger of
+    ``remembered`` and the utilization law's bound; None where neither says."""
+    window, recent = observation.values, observation.recent
+    waiting = recent.get(WAITING) or window.get(WAITING, {})
+    completion = recent.get(COMPLETION) if WAITING in recent else window.get(COMPLETION)
+    span = (observation.recent_s if WAITING in recent else None) or observation.window_s
+    full = [
+        c
+        for pod, c in (completion or {}).items()
+        if waiting.get(pod, 0.0) >= QUEUED and c * span >= MIN_FINISHED
+    ]
+    if full:
+        measured = sum(full) / len(full)
+        if math.isfinite(measured):
+            return ServiceRate(measured, True)
+    busy, served = window.get(BUSY, {}), window.get(COMPLETION, {})
+    bounds = [
+        c * 100.0 / busy[pod]
+        for pod, c in served.items()
+        if busy.get(pod, 0.0) >= MIN_BUSY and c * observation.window_s >= MIN_FINISHED
+    ]
+    best = max([*bounds, *([remembered] if remembered else [])], default=None)
+    return ServiceRate(best, False) if best is not None and math.isfinite(best) and best > 0.0 else None
+
+
+def demand(name: str, target: float, observation: Observation, rate: ServiceRate | None) -> Demand:
+    """Each fresh pod's estimate of ``name`` (its row of :data:`DEMAND`)."""
+    values = observation.values.get(name, {})
+    kind = DEMAND.get(name, Kind.LEVEL)
+    if kind is Kind.LEVEL or (kind is Kind.QUEUE and rate is None):
+        return Demand(values, 0)
+    window = observation.window_s
+    arrival = observation.values.get(ARRIVAL, {})
+    completion = observation.values.get(COMPLETION, {})
+    waiting_now = observation.recent.get(WAITING) or observation.values.get(WAITING, {})
+    tolerated = target if kind is Kind.QUEUE else 0.0
+    out: dict[str, float] = {}
+    estimated = 0
+    sums = [0.0, 0.0, 0.0]
+    for pod, value in values.items():
+        lam, c = arrival.get(pod), completion.get(pod)
+        if lam is None or c is None:
+            out[pod] = value
+            continue
+        w = waiting_now.get(pod, 0.0)
+        asked = lam + max(0.0, w - tolerated) / window
+        if kind is Kind.QUEUE:
+            assert rate is not None
+            estimate = target * asked / rate.per_pod
+        elif c * window >= MIN_FINISHED:
+            estimate = value * asked / c
+        else:
+            out[pod] = value  # too few finished to tell what a request costs
+            continue
+        if not math.isfinite(estimate):
+            out[pod] = value
+            continue
+        out[pod] = estimate
+        estimated += 1
+        sums[0] += lam
+        sums[1] += w
+        sums[2] += c
+    if not estimated:
+        return Demand(values, 0)
+    n = float(estimated)
+    return Demand(out, estimated, sums[0] / n, sums[1] / n, sums[2] / n, rate)
+
+
+def fmt(v: float) -> str:
+    return f"{v:.1f}"

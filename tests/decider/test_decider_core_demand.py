@@ -1,0 +1,190 @@
+"""The demand table, row by row, from the model of a serving replica: requests
+arrive at λ, wait (W) and finish at C ≤ μ; a pod is asked for D = λ + B / window.
+Each expected value is worked out from the model in the test's name or comment,
+not read off the code."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuscale.policy import NotReadyPods
+from gpuscale_decider.core.demand import DEMAND, Kind, ServiceRate, demand, service_rate
+from gpuscale_decider.core.replicas import Tolerances, metric_proposal
+from gpuscale_decider.core.state import Capacity
+
+from .scenario import NOW, P, policy, seen, step, world
+
+WINDOW_S = 30.0
+
+
+def flows(arriving: float, served: float, **more: float) -> dict[str, float]:
+    return {"request_arrival_rate": arriving, "request_completion_rate": served, **more}
+
+
+def estimates(name: str, target: float, *pods: P, remembered: float | None = None) -> dict[str, float]:
+    _, observation = world(pods, window_s=WINDOW_S, metric=name)
+    rate = service_rate(observation, remembered)
+    return dict(demand(name, target, observation, rate).values)
+
+
+def one(name: str, target: float, pod: P, remembered: float | None = None) -> float:
+    return estimates(name, target, pod, remembered=remembered)["bert-0"]
+
+
+# --- served: value × D / C ---------------------------------------------------------
+
+
+def test_served_a_pod_serving_all_that_arrives_reads_its_value() -> None:
+    assert one("gpu_util", 70, P({"gpu_util": 55.0, **flows(6.0, 6.0)})) == pytest.approx(55.0)
+
+
+def test_served_a_gpu_pinned_with_twice_what_it_serves_arriving_is_asked_for_200() -> None:
+    # U = C × S: 100 % at 8/s is 12.5 GPU-% per request/s; 16/s arrive: 200 GPU-%.
+    assert one("gpu_util", 70, P({"gpu_util": 100.0, **flows(16.0, 8.0)})) == pytest.approx(200.0)
+
+
+def test_served_a_backlog_being_worked_off_counts_at_what_arrives() -> None:
+    # Finishing 8/s with 4/s arriving and nothing waiting: half of what it serves is asked.
+    assert one("gpu_util", 70, P({"gpu_util": 100.0, **flows(4.0, 8.0)})) == pytest.approx(50.0)
+
+
+def test_served_a_backlog_waiting_now_is_served_within_one_window() -> None:
+    # 30 waiting over a 30 s window: 1/s more than the 8/s arriving, 9/8 of what it serves.
+    pod = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent={"requests_waiting": 30.0})
+    assert one("gpu_util", 70, pod) == pytest.approx(112.5)
+
+
+@pytest.mark.parametrize("name", ["sm_active", "sm_util", "kv_cache_usage", "requests_running"])
+def test_served_every_metric_proportional_to_what_is_served_scales_with_what_is_asked(name: str) -> None:
+    # Little's law for running requests (R = C × T), the utilization law for the rest.
+    assert one(name, 10, P({name: 40.0, **flows(12.0, 8.0)})) == pytest.approx(60.0)
+
+
+def test_served_too_few_finished_to_price_a_request_reads_the_value() -> None:
+    # 2 requests in 30 s: a scrape counts whole requests, no rate to divide by.
+    assert one("gpu_util", 70, P({"gpu_util": 90.0, **flows(3.0, 2.0 / WINDOW_S)})) == 90.0
+
+
+# --- queue: target × D / μ -----------------------------------------------------------
+
+
+def test_queue_at_its_target_at_the_service_rate_reads_the_target() -> None:
+    pod = P({"requests_waiting": 4.0, **flows(8.0, 8.0)})
+    assert one("requests_waiting", 4, pod) == pytest.approx(4.0)
+
+
+def test_queue_twice_what_a_pod_serves_arriving_asks_for_two_pods_at_the_target() -> None:
+    pod = P({"requests_waiting": 4.0, **flows(16.0, 8.0)})
+    assert one("requests_waiting", 4, pod) == pytest.approx(8.0)
+
+
+def test_queue_gone_keeps_the_pods_that_serve_what_arrives_at_the_remembered_rate() -> None:
+    # No queue, 4/s arriving at a pod that served 8/s at its limit: half a pod's worth.
+    pod = P({"requests_waiting": 0.0, **flows(4.0, 4.0)})
+    assert one("requests_waiting", 4, pod, remembered=8.0) == pytest.approx(2.0)
+
+
+def test_queue_never_queued_takes_the_service_rate_from_the_utilization_law() -> None:
+    # 4/s served at 50 % busy: 8/s when all busy.
+    pod = P({"requests_waiting": 0.0, "gpu_util": 50.0, **flows(4.0, 4.0)})
+    assert one("requests_waiting", 4, pod) == pytest.approx(2.0)
+
+
+def test_queue_with_no_service_rate_known_is_hpa_s_level() -> None:
+    # Less than one waiting: not at its limit, and no GPU reading or memory to bound μ by.
+    pod = P({"requests_waiting": 0.5, **flows(4.0, 4.0)})
+    assert one("requests_waiting", 4, pod) == 0.5
+
+
+def test_queue_a_measured_rate_wins_over_a_remembered_one_and_a_bound_never_lowers_it() -> None:
+    queued = P({"requests_waiting": 5.0, "gpu_util": 100.0, **flows(9.0, 6.0)})
+    _, observation = world((queued,), window_s=WINDOW_S, metric="requests_waiting")
+    assert service_rate(observation, 10.0) == ServiceRate(6.0, True)
+    idle = P({"requests_waiting": 0.0, "gpu_util": 50.0, **flows(2.0, 2.0)})
+    _, observation = world((idle,), window_s=WINDOW_S, metric="requests_waiting")
+    assert service_rate(observation, 10.0) == ServiceRate(10.0, False)  # the bound says 4
+    assert service_rate(observation, 3.0) == ServiceRate(4.0, False)
+
+
+# --- level -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["gpu_mem_used_ratio", "gpu_mem_used_mib", "power_w"])
+def test_level_metrics_with_no_model_read_their_value(name: str) -> None:
+    assert DEMAND.get(name, Kind.LEVEL) is Kind.LEVEL
+    assert one(name, 50, P({name: 80.0, **flows(16.0, 8.0)})) == 80.0
+
+
+@given(
+    st.lists(st.floats(0.0, 100.0, allow_nan=False), min_size=1, max_size=8),
+    st.sampled_from(["gpu_util", "requests_waiting", "requests_running", "kv_cache_usage"]),
+)
+def test_without_engine_rates_every_estimate_is_the_value_and_the_answer_hpa_s(
+    values: list[float], name: str
+) -> None:
+    pods = tuple(P({name: v}) for v in values)
+    views, observation = world(pods, window_s=WINDOW_S, metric=name)
+    d = demand(name, 50.0, observation, service_rate(observation, 8.0))
+    assert d.estimated == 0
+    assert dict(d.values) == observation.values[name]
+    tolerances = Tolerances(0.1, 0.1)
+    hpa = metric_proposal(name, 50.0, observation.values[name], views, 3, tolerances, NotReadyPods.MISSING)
+    recommended = step(policy(metrics=[{"name": name, "target": 50}]), 3, pods).memory.state.recommendations
+    assert recommended[-1].value == hpa.replicas
+
+
+@pytest.mark.parametrize("arriving", [1e300, 1e308])
+def test_wild_but_finite_rates_neither_crash_nor_pass_max_replicas(arriving: float) -> None:
+    pods = (P({"gpu_util": 100.0, "requests_waiting": 1e300, **flows(arriving, 1e-300)}),)
+    for metric in ("gpu_util", "requests_waiting"):
+        s = step(policy(metrics=[{"name": metric, "target": 4}]), 2, pods)
+        assert s.decision is None or s.decision.to_replicas <= 10
+
+
+# --- through HPA's calculation, once ----------------------------------------------------
+
+
+def test_a_step_pinned_one_pod_with_twice_its_service_arriving_asks_for_three_at_70() -> None:
+    s = step(policy(), 1, (P({"gpu_util": 100.0, **flows(16.0, 8.0)}),))
+    assert s.decision is not None
+    assert s.decision.to_replicas == 3
+
+
+def test_a_queue_gone_scales_down_to_the_pods_that_serve_what_arrives_not_to_hpa_s_minimum() -> None:
+    queue = policy(metrics=[{"name": "requests_waiting", "target": 4}])
+    # 3 pods, 13 requests/s in all, a pod served 6/s at its limit: 13 / 6 → 3 pods.
+    pods = tuple(P({"requests_waiting": 0.0, **flows(13.0 / 3, 13.0 / 3)}) for _ in range(3))
+    state = seen(queue_capacity=Capacity(NOW - 600, 6.0))
+    assert step(queue, 3, pods, state=state).decision is None
+    # 7/s: 2 pods.
+    pods = tuple(P({"requests_waiting": 0.0, **flows(7.0 / 3, 7.0 / 3)}) for _ in range(3))
+    s = step(queue, 3, pods, state=state)
+    assert s.decision is not None
+    assert s.decision.to_replicas == 2
+
+
+def test_a_service_rate_measured_now_is_remembered_with_its_time() -> None:
+    queue = policy(metrics=[{"name": "requests_waiting", "target": 4}])
+    s = step(queue, 1, (P({"requests_waiting": 6.0, **flows(9.0, 6.0)}),))
+    assert s.memory.state.queue_capacity == Capacity(NOW, 6.0)
+    s = step(queue, 1, (P({"requests_waiting": 0.0, **flows(2.0, 2.0)}),), state=s.memory.state)
+    assert s.memory.state.queue_capacity == Capacity(NOW, 6.0)  # not measured without a queue
+
+
+def test_pending_pods_count_as_capacity_asked_for_so_a_rate_is_not_asked_twice() -> None:
+    # 200 GPU-% asked of 1 serving pod while 2 start: ceil(200 / 70) = 3 already asked.
+    pods = (P({"gpu_util": 100.0, **flows(16.0, 8.0)}), P(None, phase="Pending", ready=False))
+    s = step(policy(), 3, (*pods, replace(pods[1])))
+    assert s.decision is None
+
+
+def test_an_estimate_is_finite_for_every_row() -> None:
+    for name in DEMAND:
+        v = one(name, 4, P({name: 50.0, "gpu_util": 50.0, **flows(5.0, 4.0)}), remembered=8.0)
+        assert math.isfinite(v)
+        assert v >= 0.0
