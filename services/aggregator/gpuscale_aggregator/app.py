@@ -1,19 +1,8 @@
 """The aggregator's I/O shell: NATS in, windows (the pure core), NATS out.
 
-Start-up, in order: connect; subscribe live (core NATS callback, the fast
-path) but hold what arrives; ensure the samples stream (max age = window) and
-replay it from the start with an ephemeral pull consumer in big fetches; then
-feed the held live batches (overlap with the replay is dropped by the
-per-node seq check) and only then begin publishing, so the first metrics
-message after a restart already covers the full window. /readyz turns ready
-when NATS is connected and the replay is done.
-
-Publishing: a workload's message goes out when its tick is complete (every
-fresh pod heard since its last message; at most once per bucket) or
-``--publish-interval`` after its last one, whichever comes first; every
-interval a cycle expires what has left the windows.
-
-Scale-out (``--partition i/N``): see :mod:`gpuscale_aggregator.core.scaleout`.
+At start it subscribes live but holds what arrives, replays the samples stream, feeds the held
+batches, and only then publishes, so its first message covers the full window. Scale-out
+(``--partition i/N``): :mod:`gpuscale_aggregator.core.scaleout`.
 """
 
 from __future__ import annotations
@@ -52,11 +41,8 @@ __all__ = ["AggregatorMetrics", "AggregatorService", "main", "serve"]
 
 SERVICE: Final = "aggregator"
 YIELD_EVERY: Final = 64
-# Live batches held while the replay runs (~2.5 KB each for an 8-GPU node).
-HELD_LIMIT: Final = 200_000
-# Yield to the event loop after this many workloads during a publish cycle,
-# so a long cycle does not hold incoming batches back.
-PUBLISH_SLICE: Final = 100
+HELD_LIMIT: Final = 200_000  # live batches held while the replay runs (~2.5 KB each for an 8-GPU node)
+PUBLISH_SLICE: Final = 100  # workloads per slice of a publish cycle, between yields to the event loop
 GC_GEN0_THRESHOLD: Final = 20_000
 CLOCK_CHECK_S: Final = 10.0  # how often nodes' clock offsets are looked at for the log
 WALL_STEP_WARN_S: Final = 1.0  # a wall clock this far from the steady one has stepped: said once
@@ -66,13 +52,8 @@ class AggregatorService:
     def __init__(
         self, ctx: ServiceContext, *, tune_gc: bool = False, clock: SteadyClock | None = None
     ) -> None:
-        """``tune_gc``: change the process's garbage collector settings (see
-        serve); only for a process of its own, never inside a test runner.
-        ``clock``: the window's time (a wall clock that steps back would keep
-        what came before the step in the window for as long as the step). What
-        crosses the process boundary is on the wall clock, as every other
-        component's is: timestamps are checked against it and published on it
-        (``_wall_offset_s``, the wall clock minus this one, taken each publish cycle)."""
+        """``tune_gc``: tune the garbage collector (a process of its own only, never a test runner).
+        ``clock``: the window's steady time; what crosses the process boundary is on the wall clock."""
         self.ctx = ctx
         self.clock = clock or SteadyClock()
         self._wall_offset_s = self.clock.step_s()
@@ -101,11 +82,9 @@ class AggregatorService:
             shift=lambda: self._wall_offset_s,  # arrivals are on the steady clock: offsets from the wall
         )
         self._next_clock_check = 0.0
-        # The split stage (scale-out) reads node batches with a reader of its own.
         self.split_reader = Reader(SampleBatch, on_unknown=ctx.metrics.unknown_field)
         self.log = get_logger(service=SERVICE)
         self.once = OncePerKey()
-        # What senders can repeat at will is logged by our own reason codes, once a minute.
         self.throttle = LogThrottle()
         self.publisher = MetricsPublisher(self.m, self.log, self.throttle, self.once)
         self.windows = WindowRequests(
@@ -126,14 +105,12 @@ class AggregatorService:
         self._tick = 0
         self._live_sub: Any = None
         self._due = asyncio.Event()  # ingest completed a workload's tick: its message is due
-        self._too_large: set[WorkloadTuple] = set()  # workloads whose last message was
+        self._too_large: set[WorkloadTuple] = set()  # workloads whose last message was too large
         self._paused_s = 0.0  # time long passes gave to the event loop (not their work)
         part = self.settings.partition
         self.partition_index: int = part[0] if part is not None else 0
         self.partitions: int = part[1] if part is not None else 1
         self.partitioned = part is not None
-
-    # --- ingest ----------------------------------------------------------------
 
     async def on_live(self, msg: Msg) -> None:
         held = self._held
@@ -147,9 +124,7 @@ class AggregatorService:
         if self.core.store.complete:
             self._due.set()
         if self._tick % YIELD_EVERY == 0:
-            # nats-py runs callbacks back to back while its queue is not empty;
-            # let its reader (and PING/PONG) run, or a long backlog looks like a
-            # dead connection and the server cuts us off.
+            # Let nats-py's reader (and PING/PONG) run, or a long backlog looks like a dead connection.
             await asyncio.sleep(0)
 
     def handle(self, subject: str, data: bytes, now: float, *, overlap: bool = False) -> None:
@@ -167,7 +142,6 @@ class AggregatorService:
         else:
             subject_node = self._subject_node(subject)
             if subject_node is None:
-                self._reject("bad_subject", f"not a samples subject: {subject[:200]!r}", subject[:200])
                 return
         try:
             batch, rejected_gpus = self.core.reader.read(data, now + self._wall_offset_s)
@@ -211,11 +185,13 @@ class AggregatorService:
                 )
 
     def _subject_node(self, subject: str) -> str | None:
+        """The node of a samples subject; None (rejected) when it is not one."""
         node = self._node_by_token.get(subject)
         if node is None:
             try:
                 node = subjects.parse_samples(subject)
             except SubjectError:
+                self._reject("bad_subject", f"not a samples subject: {subject[:200]!r}", subject[:200])
                 return None
             if len(self._node_by_token) > 100_000:  # bounded: a flood of names can't grow memory
                 self._node_by_token.clear()
@@ -233,22 +209,13 @@ class AggregatorService:
     def _reject_window(self, reason: str, detail: str, source: str) -> None:
         self._reject(reason, detail, source, WindowRequest.KIND, "window_request_rejected")
 
-    # --- what each GPUScaler needs -------------------------------------------------
-
     async def on_window(self, msg: Msg) -> None:
-        self.handle_window(msg.subject, msg.data, self.clock())
-
-    def handle_window(self, subject: str, data: bytes, now: float) -> None:
-        """A policy's window for its workload (decider -> aggregators). Never raises."""
-        self.windows.handle(subject, data, now, self._wall_offset_s)
-
-    # --- scale-out: the split stage ---------------------------------------------
+        self.windows.handle(msg.subject, msg.data, self.clock(), self._wall_offset_s)
 
     async def on_split(self, msg: Msg) -> None:
         """Queue-group member: validate a node batch, re-publish per workload."""
         node = self._subject_node(msg.subject)
         if node is None:
-            self._reject("bad_subject", f"not a samples subject: {msg.subject[:200]!r}", msg.subject[:200])
             return
         try:
             batch, rejected_gpus = self.split_reader.read(msg.data, self.clock() + self._wall_offset_s)
@@ -263,16 +230,11 @@ class AggregatorService:
         if nc is None:
             return
         for key, sub_batch in scaleout.split_by_workload(batch).items():
-            with contextlib.suppress(
-                Exception
-            ):  # a publish during reconnect is buffered or lost; never crash
+            with contextlib.suppress(Exception):  # during a reconnect it is buffered or lost
                 await nc.publish(subjects.aggregator_wsamples(key), codec.encode(sub_batch))
 
-    # --- start-up replay ---------------------------------------------------------
-
     async def replay(self, nc: NATS) -> None:
-        """Rebuild the windows from the stream; give up after one window (by then
-        live data fills the window anyway)."""
+        """Rebuild the windows from the stream; give up after one window (live data fills it by then)."""
         started = time.monotonic()
         deadline = started + self.settings.window_s
         attempt = 0
@@ -280,18 +242,7 @@ class AggregatorService:
         while not self.ctx.stop.is_set():
             try:
                 count = await asyncio.wait_for(
-                    read_stream(
-                        nc,
-                        self.settings,
-                        partition_index=self.partition_index,
-                        partitioned=self.partitioned,
-                        stop=self.ctx.stop,
-                        # Placed by when the stream stored it, on the window's clock.
-                        feed=lambda subject, data, stored: self.handle(
-                            subject, data, stored - self._wall_offset_s
-                        ),
-                        replayed=self.m.replayed,
-                    ),
+                    read_stream(nc, self.settings, self.ctx.stop, self._feed_stored, self.m.replayed),
                     max(1.0, deadline - time.monotonic()),
                 )
                 break
@@ -312,12 +263,12 @@ class AggregatorService:
         self.replay_done = True
         self.log.info("replay_done", batches=count, held_live=len(held), seconds=round(elapsed, 3))
 
-    # --- publishing ----------------------------------------------------------------
+    def _feed_stored(self, subject: str, data: bytes, stored: float) -> None:
+        """A replayed batch, placed by when the stream stored it, on the window's clock."""
+        self.handle(subject, data, stored - self._wall_offset_s)
 
     async def publish_loop(self) -> None:
-        """Publishes what is due when ingest completes a tick or the next message is due;
-        the cycle every publish interval. The first pass, right after the replay, finds
-        every workload due."""
+        """Publishes what is due as ticks complete or deadlines pass; the cycle every publish interval."""
         store, due, interval = self.core.store, self._due, self.settings.publish_interval_s
         next_cycle = self.clock()
         while not self.ctx.stop.is_set():
@@ -411,8 +362,6 @@ class AggregatorService:
                 "seconds), so what it holds stays in order; timestamps in and out follow the wall clock",
             )
 
-    # --- life cycle ------------------------------------------------------------------
-
     def ready(self) -> tuple[bool, str]:
         return (True, "replayed") if self.replay_done else (False, "replaying the samples stream")
 
@@ -461,10 +410,7 @@ class AggregatorService:
                 pending_bytes_limit=PENDING_BYTES_LIMIT,
             )
         await self.replay(nc)
-        # The windows are many small, long-lived objects and the hot path
-        # allocates per batch: with the default thresholds the collector runs
-        # every few batches and its older generations scan the whole window.
-        # Nothing in the windows forms cycles, so collect rarely.
+        # The hot path allocates per batch and nothing in the windows forms cycles: collect rarely.
         if self.tune_gc:
             gc.collect()
             gc.freeze()

@@ -12,8 +12,7 @@ from gpuscale.wire import SampleBatch, WindowRequest
 from .core.ingest import NODE_MISMATCH
 
 KIND: Final = SampleBatch.KIND
-# Processing-time histograms observe one batch in this many (cheap hot path).
-OBSERVE_EVERY: Final = 8
+OBSERVE_EVERY: Final = 8  # processing-time histograms observe one batch in this many
 _FAST_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _AGE_BUCKETS: Final = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 

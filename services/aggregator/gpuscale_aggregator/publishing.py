@@ -55,8 +55,7 @@ class MetricsPublisher:
     def _too_large(
         self, workload: tuple[str, str, str], message: WorkloadMetrics, size: int, limit: int
     ) -> None:
-        """A message NATS would refuse: its workload gets no metrics (the decider
-        says so in its status); counted, and the workload named in the log."""
+        """A message NATS would refuse: counted, and its workload named in the log."""
         self.m.too_large_total.inc()
         held = self.throttle.allow("too_large")
         if held is not None:

@@ -24,9 +24,6 @@ REPLAY_FETCH: Final = 5_000
 async def read_stream(
     nc: NATS,
     settings: AggregatorSettings,
-    *,
-    partition_index: int,
-    partitioned: bool,
     stop: asyncio.Event,
     feed: Callable[[str, bytes, float], None],
     replayed: Counter,
@@ -34,9 +31,9 @@ async def read_stream(
     """Feed every stored batch (subject, data, when the stream stored it) once; the count fed."""
     js = jetstream(nc)
     window_s, storage = settings.window_s, settings.samples_storage
-    if partitioned:
+    if settings.partition is not None:
         spec = subjects.aggregator_parts_stream(window_s, storage)
-        filter_subject = subjects.aggregator_partition(partition_index)
+        filter_subject = subjects.aggregator_partition(settings.partition[0])
     else:
         spec = subjects.samples_stream(window_s, storage)
         filter_subject = subjects.SAMPLES_ALL
@@ -68,8 +65,7 @@ async def read_stream(
                 break  # nothing more (the tail expired, or a filtered partition ended early)
             reached = False
             for msg in msgs:
-                # Placed by when the stream stored it (the NATS server's clock), so a
-                # restart puts every sample back where the live path had put it.
+                # The NATS server's clock: a restart puts every sample back where the live path had.
                 stored = msg.metadata.timestamp.timestamp()
                 feed(msg.subject, msg.data, stored)
                 count += 1

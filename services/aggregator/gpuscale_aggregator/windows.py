@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 from prometheus_client import Counter
@@ -17,27 +18,20 @@ from .core.ingest import Aggregator
 from .metrics import AggregatorMetrics
 
 
+@dataclass
 class WindowRequests:
     """Takes each request into the window store, within its bounds; rejects what does not decode."""
 
-    def __init__(
-        self,
-        core: Aggregator,
-        m: AggregatorMetrics,
-        messages_in: Counter,
-        reject: Callable[[str, str, str], None],
-        log: Any,
-        throttle: LogThrottle,
-        once: OncePerKey,
-        on_unknown: UnknownSink,
-    ) -> None:
-        self.core = core
-        self.m = m
-        self.messages_in = messages_in
-        self.reject = reject
-        self.log = log
-        self.throttle = throttle
-        self.once = once
+    core: Aggregator
+    m: AggregatorMetrics
+    messages_in: Counter
+    reject: Callable[[str, str, str], None]
+    log: Any
+    throttle: LogThrottle
+    once: OncePerKey
+    on_unknown: InitVar[UnknownSink]
+
+    def __post_init__(self, on_unknown: UnknownSink) -> None:
         self.reader = Reader(WindowRequest, on_unknown=on_unknown)
 
     def handle(self, subject: str, data: bytes, now: float, wall_offset_s: float) -> None:

@@ -1,30 +1,15 @@
-"""From a node batch's bytes to the windows: decoding, ordering, bookkeeping.
+"""From a node batch's bytes to the windows: decoding, ordering, bookkeeping (the pure core).
 
-:class:`Aggregator` is the whole pure core the shell drives: ``ingest`` per
-message, ``snapshot`` (or ``iter_messages``) per publish tick. It returns what
-happened as values (an :class:`IngestResult`) so the shell can count and log it.
-Decoding and validation are :class:`gpuscale.codec.Reader`'s (the contract's
-one home); a GPU entry that breaks it is left out of a sound batch.
-
-Time is the aggregator's own: a batch is placed where it belongs on this
-process's clock (its arrival, corrected by its node's usual offset:
-:class:`gpuscale.clocks.SenderClocks`), never after it arrived. So a node
-whose clock is off by seconds is neither stale nor able to pin a window with
-a future ``ts``, and a batch delayed in transit lands in the past.
-
-Ordering per source (a node, or a node × workload for partitioned
-sub-batches): a batch is accepted when its ``seq`` is higher than the last
-accepted one. A ``seq`` at or below it is a duplicate (equal) or out of order
-(lower), unless the batch is clearly newer than the last accepted one on this
-clock (by more than half its interval): that is a collector that restarted
-and began counting at 0 again (or a forged ``seq`` before it), accepted as a
-``seq_reset``. A forged high ``seq`` therefore holds a node's batches back
-for at most half an interval.
+A batch is placed on this process's clock (its arrival, corrected by its node's usual offset), so
+a node's clock offset can neither make it stale nor pin a window. Per source, a ``seq`` at or below
+the last accepted one is a duplicate or out of order, unless the batch is clearly newer (a
+collector restart: ``seq_reset``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
+from dataclasses import KW_ONLY, dataclass
 from typing import Final
 
 from gpuscale.clocks import SenderClocks
@@ -41,29 +26,17 @@ TOO_OLD: Final = "too_old"  # whole batch before the window: nothing to add
 NODE_MISMATCH: Final = "node_mismatch"
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class IngestResult:
-    __slots__ = ("detail", "node", "reason", "rejected_gpus", "samples", "seq_reset", "status", "ts")
-
-    def __init__(
-        self,
-        status: str,
-        *,
-        reason: str = "",
-        detail: str = "",
-        node: str = "",
-        ts: float = 0.0,  # when the batch happened on this clock (its placement)
-        samples: int = 0,
-        rejected_gpus: tuple[tuple[int, WireError], ...] = (),
-        seq_reset: bool = False,
-    ) -> None:
-        self.status = status
-        self.reason = reason
-        self.detail = detail
-        self.node = node
-        self.ts = ts
-        self.samples = samples
-        self.rejected_gpus = rejected_gpus
-        self.seq_reset = seq_reset
+    status: str
+    _: KW_ONLY
+    reason: str = ""
+    detail: str = ""
+    node: str = ""
+    ts: float = 0.0  # when the batch happened on this clock (its placement)
+    samples: int = 0
+    rejected_gpus: tuple[tuple[int, WireError], ...] = ()
+    seq_reset: bool = False
 
     def __repr__(self) -> str:
         return f"IngestResult({self.status!r}, reason={self.reason!r}, node={self.node!r}, samples={self.samples})"
@@ -108,9 +81,8 @@ class Aggregator:
     def ingest(
         self, data: bytes, now: float, *, subject_node: str | None = None, source: Hashable | None = None
     ) -> IngestResult:
-        """One batch as it came off the wire at ``now`` (this process's clock).
-        ``subject_node``: the node token of the subject it came on (checked
-        against the payload); ``source``: the ordering key (default: the node)."""
+        """One batch as it came off the wire at ``now``. ``subject_node``: its subject's node token
+        (checked against the payload); ``source``: the ordering key (default: the node)."""
         try:
             batch, rejected_gpus = self.reader.read(data, now)
         except WireError as e:

@@ -1,38 +1,8 @@
 """The window's policy on the ingest side: which pod a sample feeds, in which window.
 
-What one batch adds, per (GPU, owner) of a healthy GPU, to the owner's pod:
-
-- ``gpu_util``: the GPU's ``util`` (device duty cycle; every owner of a shared
-  GPU sees the whole device's value, as dcgm-exporter reports it);
-- ``sm_active``: the GPU's ``sm_active`` where present (Hopper and newer);
-- ``sm_util``: the owner's ``sm_util`` where attributed per process;
-- ``gpu_mem_used_mib``: the owner's ``fb_used_mib`` when attributed per
-  process, else the GPU's ``fb_used_mib``;
-- ``gpu_mem_used_ratio``: that memory over the GPU's framebuffer
-  (``fb_used + fb_free``) × 100;
-- ``power_w``: the GPU's ``power_w`` (power cannot be split per process).
-
-and, where the owner carries its pod's inference-engine gauges (``engine``):
-``requests_waiting``, ``requests_running``, ``kv_cache_usage``,
-``request_arrival_rate`` and ``request_completion_rate`` (a per-pod value, the
-same on each of the pod's GPU entries, so the mean over them is that value).
-
-GPUs whose ``health`` is not ``ok`` contribute nothing (not even
-``last_seen``: a pod whose only GPU is lost goes stale, which the decider
-treats as a missing pod). A GPU without owners feeds no workload. An owner
-whose pod is not ready (loading its model) contributes nothing: the decider
-counts it as missing (its ``spec.notReadyPods: Missing``, gpuscale's default;
-HPA would count the 0 % a loading pod reports).
-
-A window longer than the default (a policy's ``window_s``, up to
-``max_window_s``) is paid for by its own workload only: each of its pods gets
-a ring of its own of the length asked, and goes back to the shared ring when
-the request lapses or shortens. A pod is re-laid lazily, when its next bucket
-opens (a request costs nothing per pod; the pods of other workloads are never
-touched), keeping its newest buckets. A pod that leaves (its samples have
-left the window) gives its own ring back.
-
-The storage is :class:`.rings.Rings`; what is published comes from :mod:`.window`.
+Per (GPU, owner) of a healthy GPU, a ready owner's pod gets the GPU's util, sm_active and power,
+its own sm_util, its own memory (else the GPU's) and its engine gauges. A workload whose policy asks
+for a longer window pays for it alone: its pods get rings of their own, re-laid as buckets open.
 """
 
 from __future__ import annotations
@@ -47,7 +17,6 @@ from gpuscale.wire import HEALTH_OK, SampleBatch
 from .records import COUNT_MAX, EMPTY, HUGE, NO_ENGINE, RECORD, TOTALS_RECORD
 from .rings import AWAITED, Rings
 
-# (namespace, workload kind, workload name)
 WorkloadTuple = tuple[str, str, str]
 
 
@@ -57,10 +26,8 @@ class WindowConfig:
     bucket_s: float = 1.0
     stale_intervals: float = 3.0
     source: str = ""  # names this aggregator in its messages (their ``source``); "": unnamed
-    # The longest window a policy may ask for; the rings grow to what is asked, up to this.
-    max_window_s: float = 300.0
-    # How many workloads may have a window of their own (bounded memory against a flood).
-    max_requests: int = 100_000
+    max_window_s: float = 300.0  # the longest window a policy may ask for
+    max_requests: int = 100_000  # how many workloads may have a window of their own (bounded memory)
     publish_interval_s: float = 2.0  # a workload's message is due this long after its last at the latest
 
     def __post_init__(self) -> None:
@@ -77,12 +44,10 @@ class Wanted:
     window_s: float
     recent_s: float | None
     until: float  # the request lapses then unless repeated
-    # Before this the workload's samples were dropped under a shorter window: its
-    # averages cover less than ``window_s`` until the window has passed it.
-    covers_from: float
+    covers_from: float  # before this the samples were dropped under a shorter window
 
 
-# How long a request may hold without repetition: a sender cannot pin a window for a day.
+# How long a request may hold without repetition.
 TTL_MIN_S: Final = 1.0
 TTL_MAX_S: Final = 3600.0
 # Why a window request was not taken as asked (a metrics label: low cardinality).
@@ -92,24 +57,17 @@ TOO_MANY: Final = "too_many_workloads"  # max_requests workloads already have a 
 
 @dataclass(slots=True)
 class Tick:
-    """A workload's tick: when its last message was built, and how many of the pods fresh
-    then have not been heard since (0: complete)."""
+    """When a workload's last message was built, and how many pods fresh then are unheard since."""
 
     at: float
     awaiting: int
 
 
 class PodWindows(Rings):
-    """Every workload's pods and the window each follows. Pure: ``now`` is a parameter.
-
-    ``workloads`` maps a workload to its pods and each pod to its number in the
-    rings (one lookup per GPU owner per batch, touched only when a pod comes or goes).
-    """
+    """Every workload's pods and the window each follows. Pure: ``now`` is a parameter."""
 
     def __init__(self, config: WindowConfig | None = None) -> None:
         self.config = config or WindowConfig()
-        # A window (now - w, now] touches at most ceil(w / b) + 1 buckets: the shared
-        # rings' length; a workload whose policy asks for longer has rings of its own.
         super().__init__(self._slots_for(self.config.window_s), self.config.bucket_s)
         self._half_bucket = 0.5 * self.config.bucket_s
         # workload -> its pods' ring length, where its window needs more than ``slots``.
@@ -117,8 +75,7 @@ class PodWindows(Rings):
         self._span_slots = self.slots  # the longest of them (recounted as requests end)
         self._span_stale = False
         self.wanted: dict[WorkloadTuple, Wanted] = {}
-        # workload -> pod -> the pod's number (no flat map of pods: memory is the
-        # budget, and a second lookup per GPU owner costs less than its keys).
+        # workload -> pod -> the pod's number (no flat map of pods: memory is the budget).
         self.workloads: dict[WorkloadTuple, dict[str, int]] = {}
         # Every workload's tick, oldest message first: the front is the next deadline.
         self.ticks: dict[WorkloadTuple, Tick] = {}
@@ -126,9 +83,8 @@ class PodWindows(Rings):
         self.complete: dict[WorkloadTuple, None] = {}
         self._early: list[tuple[float, WorkloadTuple]] = []  # (due, workload): complete within a bucket
 
-    # --- what policies ask for ----------------------------------------------------
-
     def _slots_for(self, window_s: float) -> int:
+        """A window (now - w, now] touches at most ceil(w / b) + 1 buckets."""
         return math.ceil(window_s / self.config.bucket_s) + 1
 
     @property
@@ -141,25 +97,14 @@ class PodWindows(Rings):
         return self.config.window_s if wanted is None else wanted.window_s
 
     def request(
-        self,
-        workload: WorkloadTuple,
-        window_s: float,
-        recent_s: float | None,
-        now: float,
-        ttl_s: float,
+        self, workload: WorkloadTuple, window_s: float, recent_s: float | None, now: float, ttl_s: float
     ) -> tuple[Wanted | None, str]:
         """A policy's window for ``workload`` until ``now + ttl_s`` (1 s to 1 h): what was
-        taken (None: refused) and why it differs from what was asked ("": as asked).
-        A longer window than the workload had covers only what was kept, which
-        the messages say (``since``) until the window has passed."""
+        taken (None: refused) and why it differs from what was asked ("": as asked)."""
         config = self.config
-        why = ""
         window = min(max(window_s, config.bucket_s), config.max_window_s)
-        if window != window_s:
-            why = CLAMPED
         recent = None if recent_s is None else min(max(recent_s, config.bucket_s), window)
-        if recent is not None and recent != recent_s:
-            why = CLAMPED
+        why = CLAMPED if window != window_s or recent != recent_s else ""
         held = self.wanted.get(workload)
         if held is None and len(self.wanted) >= config.max_requests:
             return None, TOO_MANY
@@ -189,8 +134,6 @@ class PodWindows(Rings):
             self._span_stale = False
             self._span_slots = max(self._ring_slots.values(), default=self.slots)
 
-    # --- pods ------------------------------------------------------------------
-
     def _new_pod(self, workload: WorkloadTuple, pod: str, bucket: int, ts: float) -> int:
         pid = self._alloc_pod(bucket, ts)
         members = self.workloads.get(workload)
@@ -210,40 +153,22 @@ class PodWindows(Rings):
         if tick.awaiting <= 0:
             self.complete[workload] = None
 
-    # --- ingest -------------------------------------------------------------------
-
     def add_batch(self, batch: SampleBatch, at: float | None = None) -> None:
-        """Add one validated batch: the hot path, kept flat. Per GPU owner one
-        record write: a new open bucket (folding the previous one into the
-        totals) or a merge into the open one; late samples go to :meth:`_add_late`."""
+        """Add one validated batch: the hot path, kept flat (one record write per GPU owner)."""
         ts = batch.ts if at is None else at  # when it happened, on this process's clock
         bucket = int(ts * self._inv_bucket)
-        interval_s = batch.interval_s
-        slots = self.slots
+        interval_s, slots, workloads = batch.interval_s, self.slots, self.workloads
         position = bucket % slots
-        workloads = self.workloads
-        shared_ts = self._ts
-        shared_ring = self._ring
-        shared_engine = self._engine_ring
-        lengths = self._len
-        own_rings = self._long
-        ring_slots = self._ring_slots
-        # Only while some workload asks for a longer window (or pods still hold one):
-        # until then every ring is in the shared buffers, at the same place.
+        shared_ts, shared_ring, shared_engine = self._ts, self._ring, self._engine_ring
+        lengths, own_rings, ring_slots = self._len, self._long, self._ring_slots
+        # Only while some pod has or wants a ring of its own: else every ring is at the same place.
         reshaping = bool(ring_slots or own_rings)
         slot_ts, ring, engines, n, at_slot = shared_ts, shared_ring, shared_engine, slots, position
-        opened = self._open
-        totals = self._totals
+        opened, totals, last_seen, intervals = self._open, self._totals, self._last_seen, self._interval
+        engine_ids, unheard = self._engine, self._unheard
+        pack_into, unpack_from, size = RECORD.pack_into, RECORD.unpack_from, RECORD.size
         per_pod = TOTALS_RECORD.size  # bytes: the totals are read and written as one struct
-        pack_totals = TOTALS_RECORD.pack_into
-        unpack_totals = TOTALS_RECORD.unpack_from
-        last_seen = self._last_seen
-        intervals = self._interval
-        pack_into = RECORD.pack_into
-        unpack_from = RECORD.unpack_from
-        size = RECORD.size
-        engine_ids = self._engine
-        unheard = self._unheard
+        pack_totals, unpack_totals = TOTALS_RECORD.pack_into, TOTALS_RECORD.unpack_from
         for g in batch.gpus:
             util = g.util
             owners = g.owners
@@ -327,8 +252,7 @@ class PodWindows(Rings):
                         eoff = eid * n if engines is shared_engine else 0
                         self._engine_merge(engines, eoff + at_slot, engine)
                 elif bucket > current:
-                    # A newer bucket opens: the open one joins the totals; the slot's
-                    # previous occupant (a bucket a ring older) leaves them.
+                    # A newer bucket opens: the open one joins the totals, the slot's old bucket leaves them.
                     if current >= 0:  # (_fold, inlined: this runs once per pod per bucket)
                         closing = base + current % n
                         if slot_ts[closing] != EMPTY:
@@ -373,10 +297,8 @@ class PodWindows(Rings):
                     intervals[pid] = interval_s
 
     def _capacity_change(self, members: dict[str, int], cutoff: float) -> float | None:
-        """When a pod joined the others within the window (a scale-up's pod became
-        ready, a replacement started serving): its first sample's time, else None.
-        Pods that joined within two buckets of each other (an aggregator start, one
-        tick seen from several nodes) are one capacity."""
+        """When a pod joined the others within the window: its first sample's time, else None.
+        Pods that joined within two buckets of each other are one capacity."""
         joined = self._joined
         times = [joined[pid] for pid in members.values()]
         newest = max(times)

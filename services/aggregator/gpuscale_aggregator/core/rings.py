@@ -1,33 +1,7 @@
-"""The window's packed storage: every pod's ring of buckets, in flat buffers.
-
-Memory is what bounds a fleet, so the state is packed: each pod has a number,
-and a ring of ``slots`` buckets (enough for every bucket a window can touch)
-in flat buffers shared by all pods: per bucket the newest sample time (a
-double) and one record (:mod:`.records`; a bucket stops taking a pod's
-samples at 255, far above 8 GPUs at 10 Hz); per pod the running totals of its
-*closed* buckets (doubles) and which bucket is *open* (the newest). Samples of
-the open bucket (a pod on several GPUs, a burst) only add to its record; when
-a newer bucket opens, the old one is folded into the totals; a publish adds
-the open record to the totals and divides. Totals add and subtract exactly
-the stored float32 values, so they do not drift. Nothing is allocated per
-sample and nothing here is an object the garbage collector walks. A pod's
-number and ring are reused once its newest sample has left the window.
-
-The engine metrics live beside it in the same shape, only for pods that ever
-sent one (most GPU workloads have no inference engine, and memory is the
-budget): such a pod gets an engine number, and a second ring of engine
-records whose buckets are the pod's buckets (the same slot, time and
-lifetime), and engine totals that are folded and evicted with the GPU
-record's.
-
-A ring longer than the shared one (a policy's longer window) is the pod's
-own: times, records and engine records outside the shared buffers, re-laid
-by :meth:`Rings._reshape`, which keeps the newest buckets and copies at most
-three runs of the ring.
-
-Which pod a number is, and which window it follows, is the policy's
-(:mod:`.pods`); this module only keeps numbers, buckets and totals.
-"""
+"""The window's packed storage: per pod number a ring of buckets in flat buffers shared by all
+pods (memory bounds a fleet; nothing here is an object the GC walks), the closed buckets' totals
+and the open bucket; engine records likewise, only for pods that sent one. Rings longer than the
+shared one (a policy's longer window) are the pod's own. Which pod a number is: :mod:`.pods`."""
 
 from __future__ import annotations
 
@@ -60,18 +34,16 @@ from .records import (
     engine_values,
 )
 
-# Where a pod's ring lies: its buckets' times, records and engine records, the
-# index of its first bucket in the times and records, in the engine records, and its length.
+# A pod's ring: times, records, engine records, first bucket's index in the first two and in
+# the engine records, length.
 Where = tuple["array[float]", bytearray, bytearray, int, int, int]
-# A pod not heard since its workload's last message: fresh then (its workload waits for it),
-# or not (stale then, or new since: heard, it completes nothing its fresh siblings have not).
+# A pod not heard since its workload's last message: fresh then (its workload waits for it), or not.
 AWAITED: Final = 1
 UNAWAITED: Final = 2
 
 
 class Rings:
-    """Per pod number: a ring of buckets, the closed buckets' totals and the pod's
-    bookkeeping (last sample, interval, first sample, heard since its workload's message), all packed."""
+    """Per pod number: a ring of buckets, the closed buckets' totals and the pod's bookkeeping, packed."""
 
     def __init__(self, slots: int, bucket_s: float) -> None:
         self.slots = slots  # the shared rings' length
@@ -100,12 +72,7 @@ class Rings:
         self._engine_capacity = 0
         self._engine_free: list[int] = []
 
-    # --- where a ring lies -------------------------------------------------------
-
     def _rings(self, pid: int) -> Where:
-        """Where a pod's ring lies: its buckets' times, records and engine records,
-        the index of its first bucket in the times and records, in the engine
-        records, and its length."""
         n = self._len[pid]
         if n == self.slots:
             return self._ts, self._ring, self._engine_ring, pid * n, self._engine[pid] * n, n
@@ -113,10 +80,8 @@ class Rings:
         return ts, ring, engine, 0, 0, n
 
     def _reshape(self, pid: int, slots: int) -> None:
-        """Re-lay one pod's ring for ``slots`` buckets (the shared length: back into
-        the shared buffers), keeping its newest buckets; those that no longer fit
-        leave its totals. A bucket's place is its index modulo the length, so the
-        kept buckets (consecutive indices) move in at most three runs."""
+        """Re-lay one pod's ring for ``slots`` buckets (the shared length: back into the shared
+        buffers), keeping its newest buckets (in at most three runs); the rest leave its totals."""
         where = self._rings(pid)
         old_ts, old_ring, old_engine, base, ebase, n = where
         eid = self._engine[pid]
@@ -159,11 +124,8 @@ class Rings:
         self._oldest[pid] = keep_from
         self._len[pid] = slots
 
-    # --- pod and engine numbers ---------------------------------------------------
-
     def _alloc_pod(self, bucket: int, ts: float) -> int:
-        """A number for a pod whose first sample is at ``ts`` (in ``bucket``): a free
-        one, else the buffers grow by one pod."""
+        """A number for a pod whose first sample is at ``ts``: a free one, else the buffers grow."""
         if self._free:
             pid = self._free.pop()
         else:
@@ -172,14 +134,11 @@ class Rings:
             self._ts.extend(array("d", bytes(8 * self.slots)))
             self._ring.extend(bytes(RECORD.size * self.slots))
             self._totals.extend(array("d", bytes(8 * TOTALS)))
-            self._open.append(-1)
             self._len.append(self.slots)
-            self._oldest.append(0)
-            self._last_seen.append(0.0)
-            self._interval.append(1.0)
-            self._joined.append(0.0)
             self._engine.append(NO_ENGINE)
             self._unheard.append(UNAWAITED)
+            for per_pod in (self._open, self._oldest, self._last_seen, self._interval, self._joined):
+                per_pod.append(0)  # each set below
         self._open[pid] = -1
         self._joined[pid] = ts
         self._unheard[pid] = UNAWAITED
@@ -190,8 +149,7 @@ class Rings:
         return pid
 
     def _release_pod(self, pid: int) -> None:
-        """Its ring is already empty (every bucket evicted): the number goes back, and
-        a ring of its own is freed."""
+        """Its ring is already empty: the number goes back, and a ring of its own is freed."""
         self._pod_count -= 1
         if self._len[pid] != self.slots:
             del self._long[pid]
@@ -224,15 +182,10 @@ class Rings:
         self._engine[pid] = eid
         return eid
 
-    # --- the engine ring (pods with an inference engine only) ---------------------------
-
     def _engine_open(self, engines: bytearray, eslot: int, engine: Any) -> None:
         """A new bucket's engine record: the owner's values, or nothing yet."""
-        if engine:
-            record = engine_added(EMPTY_ENGINE, engine_values(engine))
-            ENGINE_RECORD.pack_into(engines, eslot * ENGINE_RECORD.size, *record)
-        else:
-            ENGINE_RECORD.pack_into(engines, eslot * ENGINE_RECORD.size, *EMPTY_ENGINE)
+        values = engine_values(engine) if engine else NO_ENGINE_VALUES
+        ENGINE_RECORD.pack_into(engines, eslot * ENGINE_RECORD.size, *engine_added(EMPTY_ENGINE, values))
 
     def _engine_merge(self, engines: bytearray, eslot: int, engine: Any) -> None:
         """More values for the open bucket (the pod's other GPU entries carry the same)."""
@@ -251,19 +204,12 @@ class Rings:
             totals, off, *map(add, ENGINE_TOTALS_RECORD.unpack_from(totals, off), v)
         )
 
-    def _evict_slot(
-        self,
-        pid: int,
-        position: int,
-        where: Where | None = None,
-    ) -> None:
-        """Take one closed bucket (at ``position`` in the pod's ring, ``where`` it lies:
-        :meth:`_rings`; None: in the shared buffers) out of the pod's totals and empty it."""
+    def _evict_slot(self, pid: int, position: int, where: Where | None = None) -> None:
+        """Take one closed bucket out of the pod's totals and empty it (``where``: :meth:`_rings`;
+        None: the shared buffers)."""
         eid = self._engine[pid]
         if where is None:  # (the publish cycle's common case: no tuple built)
-            slot = pid * self.slots + position
-            slot_ts = self._ts
-            ring = self._ring
+            slot_ts, ring, slot = self._ts, self._ring, pid * self.slots + position
         else:
             slot_ts, ring = where[0], where[1]
             slot = where[3] + position
@@ -285,20 +231,10 @@ class Rings:
         slot_ts[slot] = EMPTY
 
     def _add_late(
-        self,
-        pid: int,
-        position: int,
-        bucket: int,
-        ts: float,
-        values: tuple[float | None, ...],
-        engine: Any = None,
+        self, pid: int, position: int, bucket: int, ts: float, values: tuple[float | None, ...], engine: Any
     ) -> None:
-        """A sample for a bucket older than the open one (a reordered batch, a
-        collector restart): into its closed bucket (at ``position`` in the pod's
-        ring), and so into the totals. A bucket a whole ring older than the open
-        one, or a slot holding a bucket a whole ring newer, means this sample is
-        older than the window: dropped (only a sender whose clock went back by
-        more than a window sends such)."""
+        """A sample for a bucket older than the open one: into its closed bucket and the totals;
+        dropped when a ring or more older than the open bucket or the slot's bucket."""
         where = self._rings(pid)
         slot_ts, ring, engines, base, ebase, n = where
         if bucket <= self._open[pid] - n:
@@ -346,8 +282,7 @@ class Rings:
             self._engine_totals[t + i] += stored[i] - old[i]
 
     def _evict(self, pid: int, cutoff: float) -> bool:
-        """Drop the pod's buckets whose newest sample is at or before ``cutoff``,
-        oldest first; False when nothing is left."""
+        """Drop the pod's buckets whose newest sample is at or before ``cutoff``; False: none left."""
         slots = self.slots
         if not self._long or self._len[pid] == slots:  # (most pods: no tuple built)
             where = None
@@ -378,10 +313,8 @@ class Rings:
         return False
 
     def _recent(self, pid: int, cutoff: float) -> MetricValues:
-        """The pod's means over its buckets whose newest sample is after
-        ``cutoff``, newest first (the last seconds: what a saturated pod shows
-        before its window's mean does). Walks a few records; only for the
-        workloads whose policy asked."""
+        """The pod's means over its buckets whose newest sample is after ``cutoff`` (the last
+        seconds, for the workloads whose policy asked)."""
         current = self._open[pid]
         if current < 0:
             return NO_METRICS
@@ -418,8 +351,7 @@ class Rings:
         return MetricValues.of(means) if means else NO_METRICS
 
     def _engine_means(self, pid: int, eid: int) -> tuple[Any, ...]:
-        """An engine pod's window means (closed buckets' totals plus the open
-        bucket's record), UNSET where it sent none; pinned to the contract's ranges."""
+        """An engine pod's window means (totals plus the open record), UNSET where it sent none."""
         t = eid * ENGINE_TOTALS
         _, _, engines, _, ebase, n = self._rings(pid)
         v = ENGINE_RECORD.unpack_from(engines, (ebase + self._open[pid] % n) * ENGINE_RECORD.size)
@@ -436,8 +368,6 @@ class Rings:
             else:
                 means.append(total / count)
         return tuple(means)
-
-    # --- sizes ------------------------------------------------------------------
 
     @property
     def pod_count(self) -> int:

@@ -1,39 +1,10 @@
-"""Sliding time windows per workload and pod: what the aggregator publishes.
+"""Sliding windows per workload and pod: expiry, and the messages the aggregator publishes.
 
-Semantics of the window (the table tests pin each one down):
-
-- The window at ``now`` is the half-open interval ``(now - window_s, now]`` of
-  sample timestamps (the collector's ``ts``). A sample exactly on the lower
-  edge, ``ts == now - window_s``, is *out*.
-- Buckets are ``bucket_s`` wide (default 1 s, the collector's interval).
-  Samples of one pod that fall into the same bucket are merged; a bucket leaves
-  the window when its *newest* sample does. With one sample per pod per bucket
-  (the normal case) the edge is exact to the sample; with several, a bucket may
-  hold up to ``bucket_s`` of older history until its newest sample leaves.
-- Per pod and metric: the mean over the pod's GPUs and samples in the window.
-- A pod is *stale* when its newest sample is older than ``stale_intervals``
-  (3) of its collector's sample intervals: ``now - last_seen > 3 × interval_s``.
-  A pod is *dropped* when it has no sample left in the window; a workload is
-  forgotten when it has no pod left.
-- Warm-up: when a pod joins a workload within the window (its first sample
-  comes two buckets or more after the others' first: a scale-up's pod became
-  ready), the samples of the workload's other pods from before it leave early:
-  measured on fewer pods, they are no evidence of the per-pod load after, and a
-  30 s mean of both asks for a pod the load never needed. The message says
-  where its averages start (``since``) until the window has passed the change.
-  A stale pod keeps its window.
-- Per workload and metric: the mean over FRESH pods that have a value for that
-  metric (as HPA averages ``Pods`` metrics). Stale pods are listed in ``pods``
-  with their window values and ``last_seen`` and counted in ``pods_stale``, but
-  are not averaged: the decider applies HPA's missing-pods rule to them.
-- A workload's message is due when its tick is complete (every pod fresh at its
-  last message has had a sample taken since; a pod stale then, or new since, is
-  not waited for), at most once per ``bucket_s``, or ``publish_interval_s`` after
-  its last message, whichever comes first.
-
-The parts: :mod:`.records` (what a bucket holds), :mod:`.rings` (the packed
-storage), :mod:`.pods` (which pod and window a sample feeds), and this module
-(expiry, and the messages).
+The window at ``now`` holds samples with ``now - window_s < ts <= now``, in ``bucket_s`` buckets
+that leave with their newest sample. Per workload a metric is the mean over its FRESH pods (stale:
+no sample for ``stale_intervals`` intervals). Samples from before a pod joined leave early (the
+message's ``since``). A message is due when its tick is complete, or ``publish_interval_s`` after
+its last one.
 """
 
 from __future__ import annotations
@@ -45,16 +16,7 @@ from typing import Any
 
 from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
 
-from .pods import (
-    CLAMPED,
-    TOO_MANY,
-    TTL_MAX_S,
-    TTL_MIN_S,
-    PodWindows,
-    Wanted,
-    WindowConfig,
-    WorkloadTuple,
-)
+from .pods import CLAMPED, TOO_MANY, TTL_MAX_S, TTL_MIN_S, PodWindows, Wanted, WindowConfig, WorkloadTuple
 from .records import EMPTY, ENGINE_METRICS, KV, N_ENGINE, NO_ENGINE, RECORD, TOTALS_RECORD, WINDOW_METRICS
 from .rings import AWAITED, UNAWAITED
 
@@ -73,14 +35,11 @@ __all__ = [
 
 
 class WindowStore(PodWindows):
-    """Every workload's pods and their windows, and the messages they make. Pure:
-    ``now`` is a parameter."""
-
-    # --- which messages are due ---------------------------------------------------
+    """Every workload's pods and their windows, and the messages they make. Pure: ``now`` is a parameter."""
 
     def take_complete(self, now: float) -> list[WorkloadTuple]:
         """Workloads whose tick is complete and whose last message is a bucket old; those
-        complete sooner wait for that (``next_due``): a fast sender cannot multiply messages."""
+        complete sooner wait for that (``next_due``)."""
         ticks, bucket_s, early = self.ticks, self.config.bucket_s, self._early
         due = []
         for workload in self.complete:
@@ -115,8 +74,6 @@ class WindowStore(PodWindows):
             return self._early[0][0]
         return deadline
 
-    # --- time passing and reading ----------------------------------------------
-
     def expire(self, now: float) -> None:
         """Forget what has left the window: buckets, then empty pods and workloads."""
         for _ in self.iter_messages(now, build=False):
@@ -129,11 +86,8 @@ class WindowStore(PodWindows):
     def iter_messages(
         self, now: float, *, build: bool = True, wall_offset_s: float = 0.0
     ) -> Iterator[tuple[WorkloadTuple, WorkloadMetrics | None]]:
-        """Workload by workload: expire, then its metrics message. A caller may
-        yield to its event loop between steps; ingesting meanwhile is safe (this
-        iterates over a copy). ``wall_offset_s``: added to the times the messages
-        carry (``ts``, ``since``, ``last_seen``) where the window runs on a clock of
-        its own and receivers compare them with their wall clocks."""
+        """Workload by workload: expire, then its metrics message (ingesting between steps is safe).
+        ``wall_offset_s``: added to the times the messages carry, for receivers on the wall clock."""
         self._lapse(now)
         for workload, members in list(self.workloads.items()):
             message = self._expire_and_build(workload, members, now, build, wall_offset_s)
@@ -143,8 +97,7 @@ class WindowStore(PodWindows):
     def message_of(
         self, workload: WorkloadTuple, now: float, wall_offset_s: float = 0.0
     ) -> WorkloadMetrics | None:
-        """One workload's message out of the cycle (expiring its pods as a cycle
-        would); None when it has no pod left."""
+        """One workload's message out of the cycle (expiring its pods); None: no pod left."""
         members = self.workloads.get(workload)
         if members is None:
             return None
@@ -153,8 +106,7 @@ class WindowStore(PodWindows):
     def _expire_and_build(
         self, workload: WorkloadTuple, members: dict[str, int], now: float, build: bool, wall_offset_s: float
     ) -> WorkloadMetrics | None:
-        """Expire ``workload``'s pods (a pod with nothing left leaves ``members``; the
-        workload leaves with its last pod), then its message if ``build``."""
+        """Expire ``workload``'s pods (and the workload with its last), then its message if ``build``."""
         wanted = self.wanted.get(workload)
         if wanted is not None and wanted.until <= now:
             wanted = None  # lapsed (a cycle removes it; one workload's message only ignores it)
@@ -164,9 +116,7 @@ class WindowStore(PodWindows):
         if since is None:
             gone = [pod for pod, pid in members.items() if not self._evict(pid, cutoff)]
         else:
-            # Samples from before the workload's capacity grew are no evidence of its
-            # per-pod load after: they leave (a tick's spread across nodes kept), from
-            # every pod heard since; a stale pod keeps its window, listed as before.
+            # Samples from before capacity grew say nothing of the per-pod load after; stale pods keep theirs.
             after = max(cutoff, since - self._half_bucket)
             last_seen = self._last_seen
             gone = [
@@ -200,23 +150,14 @@ class WindowStore(PodWindows):
         recent_s: float | None = None,
         wall_offset_s: float = 0.0,
     ) -> WorkloadMetrics:
-        """The metrics message: per pod the window means (pinned to the contract's
-        ranges: sums may leave 100.0000001 behind), per workload the mean over
+        """Per pod the window means (pinned to the contract's ranges), per workload the mean over
         fresh pods. Spelled out per metric: this runs for every pod every cycle."""
-        stale_after = self.config.stale_intervals
-        totals = self._totals
-        shared_ring = self._ring
-        lengths = self._len
-        own_rings = self._long
-        opened = self._open
-        last_seen = self._last_seen
-        intervals = self._interval
-        slots = self.slots
-        size = RECORD.size
-        unpack_from = RECORD.unpack_from
-        unpack_totals = TOTALS_RECORD.unpack_from  # one tuple, no slice of the array
-        per_pod = TOTALS_RECORD.size
-        unset = UNSET
+        stale_after, slots, unset = self.config.stale_intervals, self.slots, UNSET
+        totals, shared_ring, lengths, own_rings = self._totals, self._ring, self._len, self._long
+        opened, last_seen, intervals = self._open, self._last_seen, self._interval
+        engine_ids, unheard = self._engine, self._unheard
+        size, unpack_from = RECORD.size, RECORD.unpack_from
+        unpack_totals, per_pod = TOTALS_RECORD.unpack_from, TOTALS_RECORD.size  # one tuple, no slice
         pods_out: list[PodMetrics] = []
         fresh = stale = 0
         a0 = a1 = a2 = a3 = a4 = a5 = 0.0  # sums of fresh pods' means, and how many
@@ -224,8 +165,6 @@ class WindowStore(PodWindows):
         engine_sums = [0.0] * N_ENGINE  # the same for the engine metrics
         engine_counts = [0] * N_ENGINE
         no_engine = (unset,) * N_ENGINE
-        engine_ids = self._engine
-        unheard = self._unheard
         for pod in sorted(members):
             pid = members[pod]
             t = pid * per_pod
@@ -313,8 +252,6 @@ class WindowStore(PodWindows):
             since=UNSET if since is None else since + wall_offset_s,
             recent_s=UNSET if recent_s is None else recent_s,
         )
-
-    # --- sizes for /metrics ---------------------------------------------------
 
     @property
     def workload_count(self) -> int:
