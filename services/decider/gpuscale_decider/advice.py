@@ -1,10 +1,5 @@
-"""From a planned decision to the wire, and shadow mode's advice out.
-
-A decision and a piece of advice have one shape (:class:`gpuscale.wire.Decision`):
-the actuator reads only the decisions subject; advice goes to
-``gpuscale.v1.advice.<ns>.<kind>.<name>``, kept by the GPUSCALE_ADVICE stream
-for ``gpuscale shadow-report``.
-"""
+"""From a planned decision to the wire, and shadow mode's advice out (to
+``gpuscale.v1.advice.<ns>.<kind>.<name>``, kept for ``gpuscale shadow-report``)."""
 
 from __future__ import annotations
 
@@ -40,8 +35,7 @@ async def nowhere(_: Decision) -> None:
 
 
 class Advisor:
-    """Publishes shadow mode's advice: a record, so one lost is logged and
-    counted, never retried (the next change is advised anyway)."""
+    """Publishes shadow mode's advice: one lost is logged and counted, never retried."""
 
     def __init__(self, metrics: ServiceMetrics, m: DeciderMetrics, publish: Publish) -> None:
         self.metrics, self.m, self.publish = metrics, m, publish

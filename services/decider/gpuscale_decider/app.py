@@ -1,15 +1,5 @@
-"""``gpuscale decider``: the I/O shell around :class:`gpuscale_decider.decider.Decider`.
-
-NATS: subscribes to ``gpuscale.v1.metrics.>`` and to ``gpuscale.v1.actions.>``
-(the actuator's reports, for the status), tells the aggregators each
-policy's window on ``gpuscale.v1.windows.>``, writes each workload's desired
-count into the KV bucket ``GPUSCALE_DESIRED`` and the record of each change to
-the JetStream stream ``GPUSCALE_DECISIONS``, keeps per-workload state in a KV bucket. Kubernetes: GPUScaler list+watch (or a
-YAML file with ``--policies``), one watch of the cluster's pods (the pods
-behind each target's selector, as HPA's pod lister), scale subresource
-reads, status writes, the search for HPAs and KEDA ScaledObjects on the same
-targets, and leader election on the Lease ``gpuscale-decider``.
-"""
+"""``gpuscale decider``: the NATS and Kubernetes I/O around
+:class:`gpuscale_decider.decider.Decider` (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
@@ -42,7 +32,6 @@ from gpuscale_decider.core.reconcile import Config
 from gpuscale_decider.decider import Decider
 from gpuscale_decider.kubeio import ConflictFinder, EventWriter, GPUScalerWatcher, StatusWriter
 from gpuscale_decider.pods import PodCache
-from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, StatusSink
 from gpuscale_decider.settings import DeciderSettings
 from gpuscale_decider.sources import KubeScaleSource, KvStateStore
 
@@ -51,6 +40,10 @@ SERVICE = "decider"
 
 def main(settings: DeciderSettings) -> int:
     return run(SERVICE, settings, serve)
+
+
+def _listed(synced: asyncio.Event) -> tuple[bool, str]:
+    return synced.is_set(), "listed" if synced.is_set() else "not listed yet"
 
 
 async def _retry(ctx: ServiceContext, what: str, fn: Any) -> Any:
@@ -138,17 +131,10 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     def is_leader() -> bool:
         return elector is None or elector.is_leader
 
-    status: StatusSink
-    events: EventSink
-    writer: StatusWriter | None = None
-    event_writer: EventWriter | None = None
-    if s.policies is None:
-        writer = StatusWriter(api, is_leader)
-        status = writer
-        event_writer = EventWriter(api, identity=s.holder_identity, is_leader=is_leader)
-        events = event_writer
-    else:
-        status, events = NoStatus(), NoEvents()
+    # With --policies there is no GPUScaler object to write a status or Event on.
+    in_cluster = s.policies is None
+    writer = StatusWriter(api, is_leader) if in_cluster else None
+    event_writer = EventWriter(api, identity=s.holder_identity, is_leader=is_leader) if in_cluster else None
 
     async def publish(decision: Decision) -> None:
         """The desired count is state (what the actuator converges to); the decisions stream its record."""
@@ -177,16 +163,14 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         pods,
         KvStateStore(kv),
         publish,
-        status=status,
-        events=events,
+        status=writer,
+        events=event_writer,
         publish_advice=publish_advice,
         publish_window=publish_window,
         is_leader=is_leader,
         config=Config(convergence_grace_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
     )
-    ctx.http.add_readiness(
-        "pods", lambda: (pods.synced.is_set(), "listed" if pods.synced.is_set() else "not listed yet")
-    )
+    ctx.http.add_readiness("pods", lambda: _listed(pods.synced))
     if elector is not None:
 
         def started_leading() -> None:
@@ -200,30 +184,19 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
             lambda: (True, "leader" if is_leader() else f"standby (leader: {elector.holder or '?'})"),
         )
 
-    tasks: list[asyncio.Task[Any]] = []
     policy_file: _PolicyFile | None = None
+    watcher: GPUScalerWatcher | None = None
     if s.policies is not None:
         policy_file = _PolicyFile(s.policies, decider)
         policy_file.reload_if_changed()
     else:
         watcher = GPUScalerWatcher(api, decider.registry)
-        ctx.http.add_readiness(
-            "policies",
-            lambda: (watcher.synced.is_set(), "listed" if watcher.synced.is_set() else "not listed yet"),
-        )
-        tasks.append(asyncio.create_task(watcher.run(ctx.stop)))
-    if writer is not None:
-        tasks.append(asyncio.create_task(writer.run(ctx.stop)))
+        ctx.http.add_readiness("policies", lambda: _listed(watcher.synced))
     if event_writer is not None:
-        event_writer.count = lambda result: decider.m.events.labels(
-            result=result
-        ).inc()  # counted by the decider's metrics
-        tasks.append(asyncio.create_task(event_writer.run(ctx.stop)))
-    if elector is not None:
-        tasks.append(asyncio.create_task(elector.run(ctx.stop)))
+        event_writer.count = lambda result: decider.m.events.labels(result=result).inc()
     conflicts = ConflictFinder(api, decider.registry.set_conflicts, s.conflict_check_interval)
-    tasks.append(asyncio.create_task(conflicts.run(ctx.stop)))
-    tasks.append(asyncio.create_task(pods.run(ctx.stop)))
+    runners = (watcher, writer, event_writer, elector, conflicts, pods)
+    tasks = [asyncio.create_task(r.run(ctx.stop)) for r in runners if r is not None]
 
     async def ticker() -> None:
         while not ctx.stop.is_set():
@@ -258,13 +231,11 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
             await sub.unsubscribe()
         with contextlib.suppress(Exception):
             await actions_sub.unsubscribe()
-        # Finish publishing and save state before NATS goes, then stop the
-        # loops (the elector releases its lease).
+        # Publish and save before NATS goes, then stop the loops (the elector releases its lease).
         with contextlib.suppress(Exception):
             await decider.idle(2.0)
         with contextlib.suppress(Exception):
-            # A busy node's KV puts take seconds: the state is what the next leader decides from,
-            # and 10 s is well inside a pod's 30 s grace.
+            # A busy node's KV puts take seconds; 10 s is well inside a pod's 30 s grace.
             await asyncio.wait_for(decider.flush(), 10.0)
         for task in tasks:
             if task.done():

@@ -1,15 +1,6 @@
-"""The decider's shell: read, call the pure step, write.
-
-For each metrics message: read the target's scale subresource and the pods
-behind its selector, call :func:`gpuscale_decider.core.reconcile.reconcile`,
-then do what the step says: write the desired count (and its decision record),
-hand the status to the writer, keep the state. The outcome is read from
-``/scale``; the actuator's reports only name, on the status, why it could not
-apply a count. Its I/O goes through small injected parts (scale
-source, pod source, state store, publisher, status sink, leadership), so the
-same class runs against NATS and Kubernetes in production, against kube-sim
-in the tests, and in-process in the benchmark.
-"""
+"""The decider's shell: read the scale and pods, call the pure
+:func:`~gpuscale_decider.core.reconcile.reconcile` step, write what it says. Its I/O
+parts are injected, so it runs against NATS and Kubernetes, kube-sim, or in-process."""
 
 from __future__ import annotations
 
@@ -26,11 +17,10 @@ from gpuscale.subjects import WorkloadKey
 from gpuscale.wire import Decision
 from gpuscale_decider.advice import Advisor, Publish, nowhere, wire_decision
 from gpuscale_decider.core.conditions import Reason
-from gpuscale_decider.core.events import condition_events, decision_event
+from gpuscale_decider.core.events import decision_event
 from gpuscale_decider.core.reconcile import (
     Config,
     Memory,
-    PlannedDecision,
     Step,
     Target,
     Written,
@@ -96,10 +86,7 @@ class Decider:
         self.intake = Intake(metrics)
         self.advisor = Advisor(metrics, self.m, publish_advice or nowhere)
         self.windows = WindowRequester(
-            metrics,
-            self.m,
-            publish_window or no_aggregator,
-            on_error=lambda w, e: self._caught(w, STAGE_WINDOW, e),
+            metrics, self.m, publish_window or no_aggregator, lambda w, e: self._caught(w, STAGE_WINDOW, e)
         )
         self.log = get_logger(component="decider")
 
@@ -108,13 +95,11 @@ class Decider:
         return self.registry.workloads
 
     def on_leadership_change(self) -> None:
-        """A new leader reloads state: the previous one may have moved on. The
-        condition series go: only the leader's are current."""
+        """A new leader reloads state (the previous one may have moved on); only a
+        leader's condition series are current."""
         for w in self.workloads.values():
             w.memory, w.dirty, w.failed = None, False, None
         self.m.forget_conditions()
-
-    # --- messages in -----------------------------------------------------------------
 
     async def on_message(self, msg: Any) -> None:
         await self.handle_metrics(msg.subject, msg.data)
@@ -165,11 +150,8 @@ class Decider:
             "decision_reported", workload=str(key), decision_id=action.decision_id, outcome=action.outcome
         )
 
-    # --- one evaluation ----------------------------------------------------------------
-
     async def evaluate(self, w: Workload, now: float, stage: str = STAGE_MESSAGE) -> Step | None:
-        """One evaluation of ``w``. What it raises is ``w``'s alone: counted, logged,
-        set on its status, and the caller goes on with the others."""
+        """One evaluation of ``w``; what it raises is ``w``'s alone (counted, logged, on its status)."""
         if not self.is_leader():
             return None
         if w.busy:  # one evaluation per workload at a time; the running one goes again
@@ -187,15 +169,17 @@ class Decider:
             return None
         finally:
             w.busy = False
-        if w.failed is not None:
-            self._recovered(w)
+        if w.failed is not None:  # it works again; its own status has replaced the failure's
+            w.failed = None
+            if w.recovery_to_log:
+                w.recovery_to_log = False
+                self.log.info("evaluation_recovered", target=str(w.key), gpuscaler=w.scaler.key)
         return step
 
     async def _step(self, w: Workload, now: float) -> Step:
         if w.memory is None:
             loaded = await self.store.load(w.key) or ScalerState()
-            # The object's status as last seen is what changes (and Events) are judged against,
-            # so a restart or a new leader neither rewrites an equal status nor repeats Events.
+            # Judged against the object's status as seen: a new leader repeats no write or Event.
             w.memory = Memory(seed_last_scale(loaded, w.last_scale_time), Written(status=w.status_seen))
         target, pods = await self._read(w, now)
         step = reconcile(w.memory, w.scaler, target, pods, w.observation, now, self.config)
@@ -205,15 +189,17 @@ class Decider:
                 note.value, target=str(w.key), decision_id=desired.decision_id, replicas=target.replicas
             )
         if step.evaluation is not None:
-            e = step.evaluation
-            w.last_evaluation = e
+            e = w.last_evaluation = step.evaluation
             self.m.evaluations.inc()
-            targets = {m.name: m.target for m in w.scaler.spec.metrics}
             spec = w.scaler.spec
+            targets = {m.name: m.target for m in spec.metrics}
             bounds = (spec.min_replicas, spec.max_replicas)
             self.m.observe(w.key, targets, e.usage if e.fresh else None, e.current, e.desired, bounds)
         if step.decision is not None:
-            self._send_later(w, step.decision, now)
+            # Written in the background: the subscription never waits for an ack.
+            task = asyncio.create_task(self._send(w, wire_decision(w, step.decision, now)))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
         if step.advice is not None:
             await self.advisor.advise(w, step.advice, now)
         if step.status is not None:
@@ -233,108 +219,66 @@ class Decider:
             self.m.scale_read_failures.labels(status=str(e.status)).inc()
             if self._once.first("scale", str(w.key), str(e.status)):
                 self.log.warning("scale_read_failed", target=str(w.key), status=e.status, error=str(e))
-            why = (
-                "the target does not exist"
-                if e.status == 404
-                else f"reading its scale subresource failed: {e}"
-            )
-            return Target(error=why), None
+            why = f"reading its scale subresource failed: {e}"
+            return Target(error="the target does not exist" if e.status == 404 else why), None
         self._once.forget("scale", str(w.key), "404")
         pods = self.pods.select(w.key.namespace, scale.selector) if scale.selector else None
         return Target(scale.replicas, scale.selector, conflict=w.conflict), pods
-
-    # --- one GPUScaler's failures ------------------------------------------------------
 
     def _caught(self, w: Workload, stage: str, e: Exception) -> None:
         """A failure on ``w`` outside its evaluation: counted, logged once per stage."""
         self.m.evaluation_errors.labels(stage=stage).inc()
         if self._once.first(stage, str(w.key)):
-            self.log.error(
-                "gpuscaler_handling_failed",
-                stage=stage,
-                target=str(w.key),
-                gpuscaler=w.scaler.key,
-                error=_error_text(e),
-                exc_info=e,
-            )
+            self._log_failure("gpuscaler_handling_failed", w, stage, e)
 
     def _failed(self, w: Workload, stage: str, e: Exception, now: float) -> None:
-        """``w``'s evaluation raised: count it, log it (once a minute at most), and say
-        so on its status (condition ``FailedEvaluation``, a Warning Event) until one works.
-        Its tick waits its interval, as any evaluated workload's."""
+        """``w``'s evaluation raised: count, log (once a minute at most), and say so on its
+        status (``FailedEvaluation``, a Warning Event) until one works."""
         self.m.evaluation_errors.labels(stage=stage).inc()
         w.last_evaluated = now
         if w.failed == type(e).__name__:
             return  # reported already (the same fault again): no text, no log, no write
         w.failed = type(e).__name__
-        error = _error_text(e)
         at = time.monotonic()
         if w.failure_logged_at is None or at - w.failure_logged_at >= FAILURE_LOG_S:
             w.failure_logged_at, w.recovery_to_log = at, True
-            self.log.error(
-                "evaluation_failed",
-                stage=stage,
-                target=str(w.key),
-                gpuscaler=w.scaler.key,
-                error=error,
-                exc_info=e,
-            )
+            self._log_failure("evaluation_failed", w, stage, e)
         try:
-            self._report_failure(w, error, now)
+            self._report_failure(w, _error_text(e), now)
         except Exception as report_error:  # noqa: BLE001 - the report is best effort: the count and log stand
             if self._once.first("failure_report", str(w.key)):
                 self.log.error(
                     "evaluation_failure_unreported", target=str(w.key), error=_error_text(report_error)
                 )
 
+    def _log_failure(self, event: str, w: Workload, stage: str, e: Exception) -> None:
+        error = _error_text(e)
+        self.log.error(event, stage=stage, target=str(w.key), gpuscaler=w.scaler.key, error=error, exc_info=e)
+
     def _report_failure(self, w: Workload, error: str, now: float) -> None:
         scaler = w.scaler
         previous = w.memory.written.status if w.memory is not None else w.status_seen
         seen = w.observation
         fresh = seen is not None and 0.0 <= now - seen.received_at <= scaler.spec.window_s
-        status = blocked_status(
-            scaler.spec,
-            scaler.generation,
-            Reason.FAILED_EVALUATION,
+        message = (
             f"evaluating this GPUScaler failed ({error}): nothing is changed on the target until an "
-            "evaluation succeeds",
-            None,
-            seen.averages if fresh and seen is not None else None,
-            previous,
-            now,
+            "evaluation succeeds"
+        )
+        averages = seen.averages if fresh and seen is not None else None
+        reason = Reason.FAILED_EVALUATION
+        status = blocked_status(
+            scaler.spec, scaler.generation, reason, message, None, averages, previous, now
         )
         # What the next evaluation's status is compared with: a success writes over it.
         if w.memory is not None:
             w.memory = Memory(w.memory.state, Written(status, None, now))
         else:
             w.status_seen = status
-        if not status_differs(previous, status):
-            return
-        self.m.status_writes.inc()
-        self.status.submit(scaler.namespace, scaler.name, status)
-        self.m.conditions(scaler.namespace, scaler.name, status)
-        events = condition_events(previous, status)
-        if events:
-            self.events.record(scaler.namespace, scaler.name, scaler.uid, events)
-
-    def _recovered(self, w: Workload) -> None:
-        """An evaluation worked again: its own status has already replaced the failure's."""
-        w.failed = None
-        if w.recovery_to_log:
-            w.recovery_to_log = False
-            self.log.info("evaluation_recovered", target=str(w.key), gpuscaler=w.scaler.key)
-
-    # --- writes ------------------------------------------------------------------------
-
-    def _send_later(self, w: Workload, planned: PlannedDecision, now: float) -> None:
-        """Write in the background: the metrics subscription never waits for a
-        JetStream ack. The step already holds the count as written; a failed
-        write clears it, so the next evaluation writes again."""
-        task = asyncio.create_task(self._send(w, wire_decision(w, planned, now)))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        if status_differs(previous, status):
+            self.registry.write_status((scaler.namespace, scaler.name), scaler.uid, status, previous)
 
     async def _send(self, w: Workload, decision: Decision) -> None:
+        """A failed write clears the count the step holds as written: the next evaluation writes again."""
         try:
             await self.publish(decision)
         except Exception as e:  # noqa: BLE001 - NATS down or timed out: count, log, decide again next message
@@ -352,12 +296,8 @@ class Decider:
         self.m.workload_decisions.labels(w.key.namespace, w.key.kind, w.key.name, direction).inc()
         self.metrics.messages_out.labels(kind="decisions").inc()
         self.scales.forget(w.ref)
-        self.events.record(
-            w.scaler.namespace,
-            w.scaler.name,
-            w.scaler.uid,
-            (decision_event(decision.from_replicas, decision.to_replicas, decision.reason, decision.id),),
-        )
+        event = decision_event(decision.from_replicas, decision.to_replicas, decision.reason, decision.id)
+        self.events.record(w.scaler.namespace, w.scaler.name, w.scaler.uid, (event,))
         self.log.info(
             "decision_published",
             workload=str(w.key),
@@ -391,8 +331,7 @@ class Decider:
             await asyncio.wait(set(self._sending), timeout=timeout_s)
 
     async def tick(self, interval_s: float) -> None:
-        """Re-evaluate workloads that got no metrics for a while (staleness,
-        fallback, a desired count /scale does not show), and save changed state."""
+        """Re-evaluate workloads that got no metrics for a while, and save changed state."""
         self.intake.clock_watch.check()
         if not self.is_leader():
             return
@@ -404,9 +343,8 @@ class Decider:
         await self.flush()
 
     async def flush(self) -> None:
-        """Save what changed. A failed save ends the round (NATS away: one timeout per
-        tick, not one per workload); the next round starts after the one that failed,
-        so a workload whose save keeps failing holds up no other."""
+        """Save what changed. A failed save ends the round (one timeout per tick); the next
+        starts after it, so a workload whose save keeps failing holds up no other."""
         workloads = list(self.workloads.values())
         start = next((i + 1 for i, w in enumerate(workloads) if w.key == self._save_failed_at), 0)
         for w in workloads[start:] + workloads[:start]:

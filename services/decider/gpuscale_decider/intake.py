@@ -1,10 +1,5 @@
-"""Messages in: decode, check that the subject names the payload's workload,
-count and log what is refused, and watch the aggregators' clocks.
-
-Freshness is judged on this process's clock (the arrival), so an aggregator
-whose clock is off is shown (a gauge per aggregator, a warning once past the
-bound), never obeyed.
-"""
+"""Messages in: decode, check that the subject names the payload's workload, count
+and log what is refused, and watch (never obey) the aggregators' clocks."""
 
 from __future__ import annotations
 
@@ -18,8 +13,7 @@ from gpuscale.metrics import ServiceMetrics
 from gpuscale.subjects import SubjectError, WorkloadKey, parse_workload
 from gpuscale.wire import Action, WireError, WorkloadMetrics
 
-# Aggregators whose clocks are tracked: a handful in any deployment; bounded
-# so that forged source names cannot grow the gauge.
+# Aggregators whose clocks are tracked: bounded so forged source names cannot grow the gauge.
 MAX_AGGREGATORS: Final = 64
 UNNAMED_AGGREGATOR: Final = "unnamed"  # one older than the source field
 MAX_SUBJECTS: Final = 100_000  # parsed subjects kept: a flood of new ones cannot grow memory
@@ -28,9 +22,7 @@ MAX_SUBJECTS: Final = 100_000  # parsed subjects kept: a flood of new ones canno
 class Intake:
     def __init__(self, metrics: ServiceMetrics) -> None:
         self.metrics = metrics
-        # Fields and metric names a newer aggregator sends are skipped, counted
-        # once per name and logged once; a metric a policy asks for that a
-        # message lacks is missing data (no fresh value), not a rejection.
+        # Fields a newer aggregator sends are skipped, counted and logged once per name.
         self._metrics_reader = Reader(WorkloadMetrics, on_unknown=metrics.unknown_field)
         self._actions_reader = Reader(Action, on_unknown=metrics.unknown_field)
         self._metrics_in = metrics.messages_in.labels(kind="metrics")

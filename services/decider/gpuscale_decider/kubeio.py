@@ -7,7 +7,7 @@ import asyncio
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -31,6 +31,7 @@ from gpuscale.policy import (
     API_VERSION,
     KIND,
     PLURAL,
+    GPUScaler,
     PolicyError,
     object_identity,
     parse_gpuscaler,
@@ -42,40 +43,45 @@ from gpuscale_decider.registry import Registry
 
 # Status keys the decider owns: a merge patch sets the ones it leaves out to null.
 STATUS_KEYS: Final = (
-    "observedGeneration",
-    "reference",
-    "targets",
-    "currentReplicas",
-    "desiredReplicas",
-    "currentMetrics",
-    "lastScaleTime",
-    "reason",
-    "conditions",
+    *("observedGeneration", "reference", "targets", "currentReplicas", "desiredReplicas"),
+    *("currentMetrics", "lastScaleTime", "reason", "conditions"),
 )
 
 
-def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
-    return object_identity(obj)
-
-
-def apply_object(decider: Registry, obj: Mapping[str, Any]) -> None:
-    """An added or modified GPUScaler object."""
-    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else None
+def _parse(obj: Mapping[str, Any]) -> GPUScaler | InvalidPolicy:
     try:
-        scaler = parse_gpuscaler(obj)
+        return parse_gpuscaler(obj)
     except PolicyError as e:
-        ns, name = _identity(obj)
-        decider.add_invalid(InvalidPolicy(ns, name, e, obj), status)
-        return
-    decider.upsert_policy(scaler, status)
+        return InvalidPolicy(*object_identity(obj), e, obj)
 
 
-async def _woken(wake: asyncio.Event, stop_task: asyncio.Task[Any]) -> None:
-    """Until ``wake`` is set (then clear it) or the stop task ends."""
-    waiting = asyncio.create_task(wake.wait())
-    await asyncio.wait({waiting, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-    waiting.cancel()
-    wake.clear()
+class _Background:
+    """A queue drained in the background: woken by ``_wake`` until ``stop``."""
+
+    def __init__(self, component: str) -> None:
+        self._wake = asyncio.Event()
+        self._once = OncePerKey()
+        self.log = get_logger(component=component)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        stop_task = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                waiting = asyncio.create_task(self._wake.wait())
+                await asyncio.wait({waiting, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                self._wake.clear()
+                await self._drain(stop)
+        finally:
+            stop_task.cancel()
+
+    async def _drain(self, stop: asyncio.Event) -> None:
+        raise NotImplementedError
+
+    def _forbidden(self, event: str, e: Forbidden) -> None:
+        """Logged once per missing permission: retrying cannot grant RBAC."""
+        if self._once.first("forbidden", e.missing_permission):
+            self.log.error(event, missing_permission=e.missing_permission, error=str(e))
 
 
 class GPUScalerWatcher:
@@ -93,64 +99,58 @@ class GPUScalerWatcher:
         await self.reflector.run(stop)
 
     def _listed(self, items: Sequence[Mapping[str, Any]]) -> None:
-        valid = []
-        invalid = []
+        valid, invalid = [], []
         statuses: dict[tuple[str, str], Mapping[str, Any]] = {}
         for obj in items:
-            try:
-                scaler = parse_gpuscaler(obj)
-            except PolicyError as e:
-                invalid.append(InvalidPolicy(*_identity(obj), e, obj))
+            parsed = _parse(obj)
+            if isinstance(parsed, InvalidPolicy):
+                invalid.append(parsed)
                 continue
-            valid.append(scaler)
+            valid.append(parsed)
             if isinstance(obj.get("status"), Mapping):
-                statuses[(scaler.namespace, scaler.name)] = obj["status"]
+                statuses[(parsed.namespace, parsed.name)] = obj["status"]
         self.registry.set_policies(valid, invalid, statuses)
 
     def _event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
-            self.registry.remove_policy(*_identity(obj))
+            self.registry.remove_policy(*object_identity(obj))
+            return
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else None
+        parsed = _parse(obj)
+        if isinstance(parsed, InvalidPolicy):
+            self.registry.add_invalid(parsed, status)
         else:
-            apply_object(self.registry, obj)
+            self.registry.upsert_policy(parsed, status)
 
 
-class StatusWriter:
+class StatusWriter(_Background):
     """Writes GPUScaler statuses in the background, latest per object wins."""
 
     def __init__(self, api: ApiClient, is_leader: Callable[[], bool] = lambda: True) -> None:
+        super().__init__("status_writer")
         self.api = api
         self.is_leader = is_leader
         self._pending: dict[tuple[str, str], dict[str, Any]] = {}
-        self._wake = asyncio.Event()
-        self._once = OncePerKey()
+        self._attempt = 0
         self.written = 0
-        self.log = get_logger(component="status_writer")
 
     def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self._pending[(namespace, name)] = status
         self._wake.set()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        attempt = 0
-        stop_task = asyncio.create_task(stop.wait())
-        try:
-            while not stop.is_set():
-                await _woken(self._wake, stop_task)
-                while self._pending and not stop.is_set():
-                    (namespace, name), status = next(iter(self._pending.items()))
-                    del self._pending[(namespace, name)]
-                    if not self.is_leader():
-                        continue
-                    ok = await self._write(namespace, name, status)
-                    if ok:
-                        attempt = 0
-                        continue
-                    # keep the newest: put it back unless a newer one arrived meanwhile
-                    self._pending.setdefault((namespace, name), status)
-                    attempt += 1
-                    await sleep_unless_stopped(stop, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
-        finally:
-            stop_task.cancel()
+    async def _drain(self, stop: asyncio.Event) -> None:
+        while self._pending and not stop.is_set():
+            (namespace, name), status = next(iter(self._pending.items()))
+            del self._pending[(namespace, name)]
+            if not self.is_leader():
+                continue
+            if await self._write(namespace, name, status):
+                self._attempt = 0
+                continue
+            # keep the newest: put it back unless a newer one arrived meanwhile
+            self._pending.setdefault((namespace, name), status)
+            self._attempt += 1
+            await sleep_unless_stopped(stop, backoff_delay(self._attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
 
     async def _write(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
         body = {"status": {key: status.get(key) for key in STATUS_KEYS}}
@@ -165,11 +165,8 @@ class StatusWriter:
                 self.log.error("status_fields_dropped", gpuscaler=f"{namespace}/{name}", fields=e.fields)
             return True
         except Forbidden as e:
-            if self._once.first("forbidden", e.missing_permission):
-                self.log.error(
-                    "status_write_forbidden", missing_permission=e.missing_permission, error=str(e)
-                )
-            return True  # retrying cannot grant RBAC; the next change tries again
+            self._forbidden("status_write_forbidden", e)
+            return True  # the next change tries again
         except KubeError as e:
             if self._once.first("write", namespace, name, str(e.status)):
                 self.log.warning("status_write_failed", gpuscaler=f"{namespace}/{name}", error=str(e))
@@ -184,10 +181,9 @@ EVENT_REPORTING_CONTROLLER: Final = "gpuscale.io/decider"
 
 @dataclass
 class EventLimiter:
-    """client-go's event correlator, in short: an Event identical to one
-    recorded in the last ``dedupe_s`` is dropped, and each object has a token
-    bucket (``burst`` Events, one more every ``refill_s``; client-go's defaults)
-    so a flapping GPUScaler cannot flood the API server. ``now`` is given."""
+    """client-go's event correlator, in short: an Event identical to one recorded in
+    the last ``dedupe_s`` is dropped, and each object has a token bucket (``burst``
+    Events, one more every ``refill_s``) so a flapping GPUScaler cannot flood the API server."""
 
     burst: int = 25
     refill_s: float = 300.0
@@ -227,9 +223,8 @@ class _QueuedEvent:
     event: EventSpec
 
 
-class EventWriter:
-    """Records Events on GPUScalers in the background (events.k8s.io/v1
-    through :func:`gpuscale.kube.record_event`): best effort, leader only,
+class EventWriter(_Background):
+    """Records Events on GPUScalers in the background: best effort, leader only,
     rate-limited per object, a bounded queue that drops the oldest."""
 
     def __init__(
@@ -243,6 +238,7 @@ class EventWriter:
         limiter: EventLimiter | None = None,
         max_queue: int = 1000,
     ) -> None:
+        super().__init__("event_writer")
         self.api = api
         self.count = count
         self.identity = identity
@@ -251,9 +247,6 @@ class EventWriter:
         self.limiter = limiter or EventLimiter()
         self._queue: deque[_QueuedEvent] = deque()
         self._max_queue = max_queue
-        self._wake = asyncio.Event()
-        self._once = OncePerKey()
-        self.log = get_logger(component="event_writer")
 
     def record(self, namespace: str, name: str, uid: str, events: Sequence[EventSpec]) -> None:
         for event in events:
@@ -263,15 +256,9 @@ class EventWriter:
             self._queue.append(_QueuedEvent(namespace, name, uid, event))
         self._wake.set()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        stop_task = asyncio.create_task(stop.wait())
-        try:
-            while not stop.is_set():
-                await _woken(self._wake, stop_task)
-                while self._queue and not stop.is_set():
-                    await self._write(self._queue.popleft())
-        finally:
-            stop_task.cancel()
+    async def _drain(self, stop: asyncio.Event) -> None:
+        while self._queue and not stop.is_set():
+            await self._write(self._queue.popleft())
 
     async def _write(self, queued: _QueuedEvent) -> None:
         if not self.is_leader():
@@ -281,7 +268,7 @@ class EventWriter:
         if verdict != "recorded":
             self.count(verdict)
             return
-        event = queued.event
+        event, name = queued.event, f"{queued.namespace}/{queued.name}"
         ref = ScaleTargetRef(f"{API_GROUP}/{API_VERSION}", KIND, queued.name, queued.namespace)
         try:
             await record_event(
@@ -297,15 +284,12 @@ class EventWriter:
             )
         except Forbidden as e:
             self.count("failed")
-            if self._once.first("forbidden", e.missing_permission):
-                self.log.error("event_write_forbidden", missing_permission=e.missing_permission, error=str(e))
+            self._forbidden("event_write_forbidden", e)
             return
         except KubeError as e:
             self.count("failed")
             if self._once.first("failed", queued.namespace, queued.name):
-                self.log.warning(
-                    "event_write_failed", gpuscaler=f"{queued.namespace}/{queued.name}", error=str(e)
-                )
+                self.log.warning("event_write_failed", gpuscaler=name, error=str(e))
             return
         self._once.forget("failed", queued.namespace, queued.name)
         self.count("recorded")
@@ -314,22 +298,27 @@ class EventWriter:
         return not self._queue
 
 
+def _targets(
+    objects: Mapping[str, Any] | None, what: str, default_kind: str | None
+) -> Iterator[tuple[WorkloadKey, str]]:
+    """(target, who) for each object's ``spec.scaleTargetRef``."""
+    for item in (objects or {}).get("items") or []:
+        meta = item.get("metadata") or {}
+        ref = (item.get("spec") or {}).get("scaleTargetRef") or {}
+        kind = ref.get("kind") or default_kind
+        if kind and ref.get("name") and meta.get("namespace"):
+            yield (
+                WorkloadKey(meta["namespace"], kind, ref["name"]),
+                f"{what} {meta['namespace']}/{meta.get('name')}",
+            )
+
+
 def _other_controllers(
     hpas: Mapping[str, Any], scaled_objects: Mapping[str, Any] | None
 ) -> dict[WorkloadKey, str]:
-    found: dict[WorkloadKey, str] = {}
-    for item in hpas.get("items") or []:
-        meta = item.get("metadata") or {}
-        ref = (item.get("spec") or {}).get("scaleTargetRef") or {}
-        if ref.get("kind") and ref.get("name") and meta.get("namespace"):
-            key = WorkloadKey(meta["namespace"], ref["kind"], ref["name"])
-            found[key] = f"HorizontalPodAutoscaler {meta['namespace']}/{meta.get('name')}"
-    for item in (scaled_objects or {}).get("items") or []:
-        meta = item.get("metadata") or {}
-        ref = (item.get("spec") or {}).get("scaleTargetRef") or {}
-        if ref.get("name") and meta.get("namespace"):
-            key = WorkloadKey(meta["namespace"], ref.get("kind") or "Deployment", ref["name"])
-            found.setdefault(key, f"KEDA ScaledObject {meta['namespace']}/{meta.get('name')}")
+    found = dict(_targets(hpas, "HorizontalPodAutoscaler", None))
+    for key, who in _targets(scaled_objects, "KEDA ScaledObject", "Deployment"):
+        found.setdefault(key, who)  # an HPA's name wins
     return found
 
 
@@ -355,9 +344,7 @@ class ConflictFinder:
             scaled = None  # KEDA is not installed
         self.apply(_other_controllers(hpas, scaled))
 
-    async def run(self, stop: asyncio.Event, first: Awaitable[Any] | None = None) -> None:
-        if first is not None:
-            await first
+    async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 await self.check()

@@ -14,9 +14,7 @@ from gpuscale.wire import Action, WorkloadMetrics
 
 # Where one GPUScaler's failure was caught (the label of gpuscale_decider_evaluation_errors_total).
 STAGE_MESSAGE = "message"  # evaluating on a metrics message
-STAGE_TICK = (
-    "tick"  # evaluating on the tick (staleness, fallback, a desired count /scale does not show, status)
-)
+STAGE_TICK = "tick"  # evaluating on the tick
 STAGE_WINDOW = "window_request"
 STAGE_ACTION = "action_report"
 STAGE_SAVE = "state_save"
@@ -24,13 +22,12 @@ STAGES = (STAGE_MESSAGE, STAGE_TICK, STAGE_WINDOW, STAGE_ACTION, STAGE_SAVE)
 
 
 class _WorkloadSeries:
-    """One workload's labelled gauges, looked up once (``labels()`` is the
-    costly part of setting a gauge, and this runs on every evaluation)."""
+    """One workload's labelled gauges, looked up once (``labels()`` is costly; this runs per evaluation)."""
 
     def __init__(
         self, m: DeciderMetrics, key: WorkloadKey, targets: Mapping[str, float], bounds: tuple[int, int]
     ) -> None:
-        labels = (key.namespace, key.kind, key.name)
+        self.labels = labels = (key.namespace, key.kind, key.name)
         self.targets = dict(targets)
         self.bounds = bounds
         self.current = m.replicas_current.labels(*labels)
@@ -50,109 +47,91 @@ class DeciderMetrics:
         r = metrics.registry
         metrics.reads(WorkloadMetrics.KIND)
         metrics.reads(Action.KIND)
-        self.evaluations = Counter("gpuscale_decider_evaluations_total", "Policy evaluations", registry=r)
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, registry=r)
+
+        def gauge(name: str, doc: str, *labels: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=r)
+
+        self.evaluations = counter("gpuscale_decider_evaluations_total", "Policy evaluations")
         self.evaluation_seconds = Histogram(
             "gpuscale_decider_evaluation_seconds",
             "Time from a metrics message's arrival to its evaluated result",
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
             registry=r,
         )
-        self.decisions = Counter(
-            "gpuscale_decider_decisions_total", "Decisions published", ["direction"], registry=r
-        )
+        self.decisions = counter("gpuscale_decider_decisions_total", "Decisions published", "direction")
         # Per-workload series for dashboards (deploy/grafana): bounded by the number of GPUScalers.
-        workload = ["namespace", "kind", "name"]
-        self.workload_decisions = Counter(
-            "gpuscale_decisions_total",
-            "Decisions published per workload",
-            [*workload, "direction"],
-            registry=r,
+        workload = ("namespace", "kind", "name")
+        self.workload_decisions = counter(
+            "gpuscale_decisions_total", "Decisions published per workload", *workload, "direction"
         )
-        self.metric_value = Gauge(
+        self.metric_value = gauge(
             "gpuscale_workload_metric_value",
             "Window average of a policy metric over fresh pods",
-            [*workload, "metric"],
-            registry=r,
+            *workload,
+            "metric",
         )
-        self.metric_target = Gauge(
-            "gpuscale_workload_metric_target",
-            "The policy's target for a metric",
-            [*workload, "metric"],
-            registry=r,
+        self.metric_target = gauge(
+            "gpuscale_workload_metric_target", "The policy's target for a metric", *workload, "metric"
         )
-        self.replicas_current = Gauge(
-            "gpuscale_workload_replicas_current", "Replicas of the scale target", workload, registry=r
+        self.replicas_current = gauge(
+            "gpuscale_workload_replicas_current", "Replicas of the scale target", *workload
         )
-        self.replicas_desired = Gauge(
-            "gpuscale_workload_replicas_desired", "Replicas the policy wants", workload, registry=r
+        self.replicas_desired = gauge(
+            "gpuscale_workload_replicas_desired", "Replicas the policy wants", *workload
         )
-        self.replicas_min = Gauge(
-            "gpuscale_workload_replicas_min", "The policy's minReplicas", workload, registry=r
-        )
-        self.replicas_max = Gauge(
-            "gpuscale_workload_replicas_max", "The policy's maxReplicas", workload, registry=r
-        )
-        # Each GPUScaler condition as kube-state-metrics shows an HPA's
-        # (kube_horizontalpodautoscaler_status_condition): 1 for its current
-        # status and reason, no series for the others. deploy/monitoring's alerts read it.
-        self.condition = Gauge(
+        self.replicas_min = gauge("gpuscale_workload_replicas_min", "The policy's minReplicas", *workload)
+        self.replicas_max = gauge("gpuscale_workload_replicas_max", "The policy's maxReplicas", *workload)
+        # As kube-state-metrics' kube_horizontalpodautoscaler_status_condition; deploy/monitoring's alerts read it.
+        self.condition = gauge(
             "gpuscale_gpuscaler_status_condition",
             "A GPUScaler condition: 1 for its current status and reason",
-            ["namespace", "gpuscaler", "condition", "status", "reason"],
-            registry=r,
+            *("namespace", "gpuscaler", "condition", "status", "reason"),
         )
         self._conditions: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
-        # The status last reported per GPUScaler: the same object again (most evaluations
-        # write nothing) has the same conditions, so it is not walked again.
+        # The status last reported per GPUScaler: the same object again is not walked again.
         self._reported: dict[tuple[str, str], Mapping[str, Any]] = {}
-
-        # One GPUScaler's failure is caught, counted here and set on its status; the loop goes on.
-        self.evaluation_errors = Counter(
+        self.evaluation_errors = counter(
             "gpuscale_decider_evaluation_errors_total",
             "Failures while handling one GPUScaler (its evaluation, window request, action report "
             "or state save), by stage; the others go on",
-            ["stage"],
-            registry=r,
+            "stage",
         )
         for stage in STAGES:
             self.evaluation_errors.labels(stage=stage)
-        self.publish_failures = Counter(
+        self.publish_failures = counter(
             "gpuscale_decider_publish_failures_total",
             "Decisions, advice and window requests that could not be published (NATS away)",
-            registry=r,
         )
-        self.policies = Gauge("gpuscale_decider_policies", "GPUScaler policies held", ["state"], registry=r)
-        self.invalid_policies = Counter(
+        self.policies = gauge("gpuscale_decider_policies", "GPUScaler policies held", "state")
+        self.invalid_policies = counter(
             "gpuscale_decider_invalid_policies_total",
             "Invalid GPUScaler objects seen, by the first bad field",
-            ["field"],
-            registry=r,
+            "field",
         )
-        self.unmatched = Counter(
+        self.unmatched = counter(
             "gpuscale_decider_metrics_without_policy_total",
             "Metrics messages for workloads no GPUScaler targets",
-            registry=r,
         )
-        self.scale_read_failures = Counter(
+        self.scale_read_failures = counter(
             "gpuscale_decider_scale_read_failures_total",
             "Failed reads of a target's scale subresource",
-            ["status"],
-            registry=r,
+            "status",
         )
-        self.status_writes = Counter(
-            "gpuscale_decider_status_writes_total", "GPUScaler status writes requested", registry=r
+        self.status_writes = counter(
+            "gpuscale_decider_status_writes_total", "GPUScaler status writes requested"
         )
-        self.events = Counter(
+        self.events = counter(
             "gpuscale_decider_events_total",
             "Events on GPUScalers, by result (recorded, duplicate, rate_limited, dropped, failed)",
-            ["result"],
-            registry=r,
+            "result",
         )
-        self.actions = Counter(
+        self.actions = counter(
             "gpuscale_decider_actions_total",
             "Action reports received on the desired counts this decider wrote, by outcome",
-            ["outcome"],
-            registry=r,
+            "outcome",
         )
 
     def observe(
@@ -176,14 +155,12 @@ class DeciderMetrics:
             child = series.values.get(metric)
             if value is not None:
                 if child is None:
-                    child = series.values[metric] = self.metric_value.labels(
-                        key.namespace, key.kind, key.name, metric
-                    )
+                    child = series.values[metric] = self.metric_value.labels(*series.labels, metric)
                 child.set(value)
             elif child is not None:
                 del series.values[metric]
                 with contextlib.suppress(KeyError):
-                    self.metric_value.remove(key.namespace, key.kind, key.name, metric)
+                    self.metric_value.remove(*series.labels, metric)
 
     def conditions(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """The conditions of a status being written."""
@@ -206,8 +183,7 @@ class DeciderMetrics:
             known[c["type"]] = now
 
     def forget_conditions(self, namespace: str | None = None, name: str | None = None) -> None:
-        """A GPUScaler deleted, or (no arguments) every one: a decider that is no
-        longer the leader must not keep reporting what it last saw."""
+        """A GPUScaler deleted, or (no arguments) every one: a former leader's are stale."""
         keys = list(self._conditions) if namespace is None else [(namespace, name or "")]
         if namespace is None:
             self._reported.clear()

@@ -1,10 +1,6 @@
-"""The pods behind the targets' selectors: one watch of the cluster's pods.
-
-As HPA's pod lister: one shared list+watch, answered by selector from memory,
-so an evaluation costs no API request. Only the fields the replica
-calculation needs are kept (labels, phase, Ready, deletion), indexed by
-label so a selector finds its few pods among thousands directly.
-"""
+"""The pods behind the targets' selectors: as HPA's pod lister, one list+watch of
+the cluster's pods, kept in memory (only what the replica count needs) and
+indexed by label, so an evaluation costs no API request."""
 
 from __future__ import annotations
 
@@ -38,19 +34,18 @@ def pod_of(obj: Mapping[str, Any]) -> tuple[str, str, _Pod] | None:
     namespace, name = meta.get("namespace"), meta.get("name")
     if not isinstance(namespace, str) or not isinstance(name, str):
         return None
-    raw_labels = meta.get("labels")
-    labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
-    raw_status = obj.get("status")
-    status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
+    labels, status = meta.get("labels"), obj.get("status")
+    labels = labels if isinstance(labels, Mapping) else {}
+    status = status if isinstance(status, Mapping) else {}
     ready = any(
         isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or ()
     )
-    raw_phase = status.get("phase")
-    phase = raw_phase if isinstance(raw_phase, str) else "Pending"
-    deleting = meta.get("deletionTimestamp") is not None
-    clean = {str(k): str(v) for k, v in labels.items()}
-    return namespace, name, _Pod(clean, PodView(name, phase, ready, deleting))
+    phase = status.get("phase")
+    view = PodView(
+        name, phase if isinstance(phase, str) else "Pending", ready, meta.get("deletionTimestamp") is not None
+    )
+    return namespace, name, _Pod({str(k): str(v) for k, v in labels.items()}, view)
 
 
 class PodIndex:
@@ -60,12 +55,8 @@ class PodIndex:
         self._pods: dict[str, dict[str, _Pod]] = {}
         self._by_label: dict[str, dict[tuple[str, str], set[str]]] = {}
         self._selectors: dict[str, LabelSelector | None] = {}
-        # A workload is evaluated every second and its pods change rarely, so selections
-        # are kept, each with the version it was made at: per (label, value) the selector
-        # looks up, the last change to a pod carrying it (before or after the change; 0:
-        # no pod carries it), or the namespace's last change for a selector without one.
-        # Equal versions, equal answers: a pod in the answer then or now carries every
-        # looked-up label it matched by, so a change to it moved that label's version.
+        # Selections are kept with their version: the last change per looked-up (label, value)
+        # (or per namespace without one); equal versions, equal answers.
         self._change = 0
         self._namespace_change: dict[str, int] = {}
         self._label_change: dict[str, dict[tuple[str, str], int]] = {}
@@ -162,15 +153,15 @@ class PodCache:
     def __init__(self, api: ApiClient | None) -> None:
         self.index = PodIndex()
         self.reflector = (
-            Reflector(
+            None
+            if api is None
+            else Reflector(
                 ApiClientTransport(api),
                 "/api/v1/pods",
                 on_list=self._listed,
                 on_event=self.apply,
                 what="pods",
             )
-            if api is not None
-            else None
         )
         self.synced = self.reflector.synced if self.reflector is not None else asyncio.Event()
 

@@ -1,10 +1,6 @@
-"""Which GPUScaler scales which workload: the decider's policy bookkeeping.
-
-One GPUScaler per workload: a second one on the same target is told why not
-(condition ``ConflictingController``) and takes over if the first goes.
-Invalid objects are reported with every bad field, never acted on. The
-statuses this writes go to the status sink; the Decider owns the rest.
-"""
+"""Which GPUScaler scales which workload: one per workload (a second is told
+``ConflictingController`` and takes over if the first goes); invalid objects are
+reported with every bad field, never acted on."""
 
 from __future__ import annotations
 
@@ -27,11 +23,10 @@ from gpuscale_decider.metrics import DeciderMetrics
 class StatusSink(Protocol):
     def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Queue a status write (latest wins); never blocks the caller."""
-        ...
 
 
 class NoStatus:
-    """File mode: there is no GPUScaler object to write to."""
+    """File mode: no GPUScaler object to write to."""
 
     def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         return None
@@ -40,11 +35,10 @@ class NoStatus:
 class EventSink(Protocol):
     def record(self, namespace: str, name: str, uid: str, events: Sequence[EventSpec]) -> None:
         """Queue Events about one GPUScaler; never blocks the caller."""
-        ...
 
 
 class NoEvents:
-    """File mode: there is no GPUScaler object for Events to name."""
+    """File mode: no GPUScaler object for Events to name."""
 
     def record(self, namespace: str, name: str, uid: str, events: Sequence[EventSpec]) -> None:
         return None
@@ -133,24 +127,13 @@ class Registry:
             self.duplicates[name] = scaler
             if self._once.first("duplicate", *name):
                 self.log.warning("policy_duplicate_target", gpuscaler=scaler.key, owner=owner.scaler.key)
-            message = (
-                f"GPUScaler {owner.scaler.key} already scales {scaler.spec.scale_target_ref.reference()}"
+            target = scaler.spec.scale_target_ref.reference()
+            message = f"GPUScaler {owner.scaler.key} already scales {target}"
+            reason = Reason.CONFLICTING_CONTROLLER
+            blocked = blocked_status(
+                scaler.spec, scaler.generation, reason, message, None, None, status, self.clock()
             )
-            self._report(
-                name,
-                scaler.uid,
-                blocked_status(
-                    scaler.spec,
-                    scaler.generation,
-                    Reason.CONFLICTING_CONTROLLER,
-                    message,
-                    None,
-                    None,
-                    status,
-                    self.clock(),
-                ),
-                status,
-            )
+            self._report(name, scaler.uid, blocked, status)
             return
         self.duplicates.pop(name, None)
         if owner is not None:
@@ -180,20 +163,15 @@ class Registry:
                 problems=bad.error.summary(),
             )
         self.invalid[name] = bad
-        meta = bad.raw.get("metadata") if isinstance(bad.raw, Mapping) else None
-        generation = meta.get("generation") if isinstance(meta, Mapping) else 0
-        uid = meta.get("uid") if isinstance(meta, Mapping) else ""
-        spec = bad.raw.get("spec") if isinstance(bad.raw, Mapping) else None
+        raw = bad.raw if isinstance(bad.raw, Mapping) else {}
+        meta = raw.get("metadata")
+        generation, uid = (meta.get("generation"), meta.get("uid")) if isinstance(meta, Mapping) else (0, "")
+        spec = raw.get("spec")
         paused = isinstance(spec, Mapping) and spec.get("paused") is True
         previous = self.reported.get(name) or status
-        self._report(
-            name,
-            uid if isinstance(uid, str) else "",
-            invalid_status(
-                generation if isinstance(generation, int) else 0, bad.error, previous, self.clock(), paused
-            ),
-            previous,
-        )
+        generation = generation if isinstance(generation, int) else 0
+        reported = invalid_status(generation, bad.error, previous, self.clock(), paused)
+        self._report(name, uid if isinstance(uid, str) else "", reported, previous)
         self._count()
 
     def remove_policy(self, namespace: str, name: str) -> None:
@@ -245,12 +223,18 @@ class Registry:
         if status_differs(previous, status) and status_differs(self.reported.get(name), status):
             before = self.reported.get(name) or previous
             self.reported[name] = status
-            self.m.status_writes.inc()
-            self.m.conditions(name[0], name[1], status)
-            self.status.submit(name[0], name[1], status)
-            events = condition_events(before, status)
-            if events:
-                self.events.record(name[0], name[1], uid, events)
+            self.write_status(name, uid, status, before)
+
+    def write_status(
+        self, name: tuple[str, str], uid: str, status: dict[str, Any], before: Mapping[str, Any] | None
+    ) -> None:
+        """Submit a changed status, with its condition series and the Events its change makes."""
+        self.m.status_writes.inc()
+        self.m.conditions(*name, status)
+        self.status.submit(*name, status)
+        events = condition_events(before, status)
+        if events:
+            self.events.record(*name, uid, events)
 
     def _count(self) -> None:
         self.m.policies.labels(state="valid").set(len(self.workloads))

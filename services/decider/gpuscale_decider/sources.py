@@ -1,28 +1,12 @@
-"""Where the decider reads scales and pods from and keeps its state.
-
-Scale source: the target's scale subresource (replicas and selector), re-read
-on each evaluation but reused for at most ``--scale-cache`` seconds
-(:class:`KubeScaleSource`), and forgotten as soon as a decision or an action
-report says it changed. The benchmark and the in-process tests use
-:class:`StaticScaleSource`.
-
-Pod source: the pods behind a selector. In production one shared watch of
-the cluster's pods (``kubeio.PodCache``), as HPA's pod lister; in tests and the
-benchmark :class:`StaticPods`.
-
-State store: the recommendation history, scale events and the desired
-count last written, per workload
-(:class:`gpuscale_decider.core.state.ScalerState`), in a JetStream KV bucket,
-so a restarted decider neither forgets a stabilization window nor breaks a
-cooldown.
-"""
+"""Where the decider reads scales and pods from and keeps its state: the scale
+subresource (cached briefly), the pods behind a selector, and a KV bucket of
+per-workload state so a restart keeps stabilization windows and cooldowns."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Protocol
 
 from kubernetes_asyncio.client import ApiClient
@@ -39,22 +23,18 @@ from gpuscale_decider.core.state import ScalerState
 class ScaleSource(Protocol):
     async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
         """The target's scale subresource (raises gpuscale.kube.KubeError)."""
-        ...
 
     def forget(self, ref: ScaleTargetRef) -> None:
         """Drop a cached read so the next call reads afresh."""
-        ...
 
 
 class PodSource(Protocol):
     def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
         """The pods matching ``selector`` (None: not listed yet)."""
-        ...
 
 
 class StaticScaleSource:
-    """Scales from a dict (tests without an API server, the benchmark). A
-    target's selector is ``app=<name>``; its pods come from :class:`StaticPods`."""
+    """Scales from a dict (tests, the benchmark); a target's selector is ``app=<name>``."""
 
     def __init__(self, replicas: dict[tuple[str, str, str], int] | None = None, default: int = 1) -> None:
         self.counts = replicas or {}
@@ -72,9 +52,8 @@ class StaticScaleSource:
 
 
 class StaticPods:
-    """Pods by selector from a dict: ``(namespace, selector) -> pods``. Without
-    an entry, a selector ``app=<name>`` gets ``replicas`` Running, Ready pods
-    named ``<name>-<i>``, as many as the scale source says."""
+    """Pods by ``(namespace, selector)``; without an entry, ``app=<name>`` gets as
+    many Running pods ``<name>-<i>`` as the scale source says."""
 
     def __init__(self, scales: StaticScaleSource | None = None) -> None:
         self.scales = scales
@@ -95,25 +74,19 @@ class StaticPods:
         return tuple(PodView(f"{name}-{i}", Phase.RUNNING) for i in range(count))
 
 
-@dataclass
-class _Cached:
-    scale: ScaleState
-    read_at: float
-
-
 class KubeScaleSource:
     """GET …/scale, reused for ``ttl_s``; concurrent callers share one request."""
 
     def __init__(self, api: ApiClient, ttl_s: float) -> None:
         self.client = ScaleClient(api)
         self.ttl_s = ttl_s
-        self._cache: dict[ScaleTargetRef, _Cached] = {}
+        self._cache: dict[ScaleTargetRef, tuple[ScaleState, float]] = {}  # scale, read at
         self._inflight: dict[ScaleTargetRef, asyncio.Future[ScaleState]] = {}
 
     async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
         cached = self._cache.get(ref)
-        if cached is not None and not due(cached.read_at, now, self.ttl_s):
-            return cached.scale
+        if cached is not None and not due(cached[1], now, self.ttl_s):
+            return cached[0]
         inflight = self._inflight.get(ref)
         if inflight is not None:
             return await asyncio.shield(inflight)
@@ -127,7 +100,7 @@ class KubeScaleSource:
             raise
         finally:
             self._inflight.pop(ref, None)
-        self._cache[ref] = _Cached(scale, now)
+        self._cache[ref] = (scale, now)
         future.set_result(scale)
         return scale
 
@@ -136,9 +109,8 @@ class KubeScaleSource:
 
 
 def state_key(key: WorkloadKey) -> str:
-    """``ns.Kind.name`` with each token escaped as subjects are; KV keys do not
-    allow ``~``, so the escape mark becomes ``=`` (which escape_token itself
-    never leaves bare), keeping the mapping one-to-one."""
+    """``ns.Kind.name``, tokens escaped as subjects are but with ``=`` for ``~``
+    (not allowed in KV keys, and never left bare by escape_token): one-to-one."""
     return ".".join(escape_token(t).replace("~", "=") for t in (key.namespace, key.kind, key.name))
 
 

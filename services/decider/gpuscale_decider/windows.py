@@ -1,14 +1,6 @@
-"""Each GPUScaler's window, told to the aggregators.
-
-A :class:`gpuscale.wire.WindowRequest` per target on
-``gpuscale.v1.windows.<ns>.<kind>.<name>``: when the policy appears or
-changes (at the next tick), again every :data:`REPEAT_S` so that an
-aggregator that restarts learns it within seconds, and at once when a
-metrics message arrives averaged over another window. A request lapses
-after :data:`TTL_S` without repetition (the GPUScaler was deleted, or the
-decider is gone): the aggregator then goes back to its own ``--window``.
-Only the leader speaks.
-"""
+"""Each GPUScaler's window, told to the aggregators (leader only): when the policy
+appears or changes, every :data:`REPEAT_S` (a restarted aggregator learns it), and at
+once when metrics arrive over another window. A request lapses after :data:`TTL_S`."""
 
 from __future__ import annotations
 
