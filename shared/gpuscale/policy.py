@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 # The model lives in policy_spec; callers import it, with its parser, from here.
 from gpuscale.policy_spec import API_GROUP as API_GROUP
 from gpuscale.policy_spec import API_VERSION as API_VERSION
-from gpuscale.policy_spec import CEILINGS as CEILINGS
 from gpuscale.policy_spec import DEFAULT_SCALE_DOWN as DEFAULT_SCALE_DOWN
 from gpuscale.policy_spec import DEFAULT_SCALE_UP as DEFAULT_SCALE_UP
 from gpuscale.policy_spec import DEFAULT_TOLERANCE as DEFAULT_TOLERANCE
@@ -39,7 +38,6 @@ from gpuscale.policy_spec import MAX_WINDOW_S as MAX_WINDOW_S
 from gpuscale.policy_spec import MAX_WINDOW_TEXT as MAX_WINDOW_TEXT
 from gpuscale.policy_spec import MIN_TARGET as MIN_TARGET
 from gpuscale.policy_spec import MIN_WINDOW_S as MIN_WINDOW_S
-from gpuscale.policy_spec import PINNED_SHARE as PINNED_SHARE
 from gpuscale.policy_spec import PLURAL as PLURAL
 from gpuscale.policy_spec import POLICY_TYPES as POLICY_TYPES
 from gpuscale.policy_spec import SELECT_POLICIES as SELECT_POLICIES

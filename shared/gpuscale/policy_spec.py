@@ -42,12 +42,6 @@ MAX_WINDOW_TEXT: Final = 32
 MAX_NAME_LENGTH: Final = 253  # a Kubernetes object name (DNS subdomain), an apiVersion
 DEFAULT_TOLERANCE: Final = 0.1
 DEFAULT_WINDOW_S: Final = 30.0
-# Metrics that cannot read above their ceiling (%): where every pod is pinned there,
-# the ratio understates demand (docs/ARCHITECTURE.md#algorithm). Memory is left out: a full framebuffer
-# is an allocation (vLLM reserves 90 % at start), not load.
-CEILINGS: Final = {"gpu_util": 100.0, "sm_active": 100.0, "sm_util": 100.0, "kv_cache_usage": 100.0}
-# Pinned: at or above this share of the ceiling.
-PINNED_SHARE: Final = 0.95
 
 
 class NotReadyPods(StrEnum):

@@ -34,18 +34,19 @@ pytestmark = pytest.mark.integration
 
 
 def pinned_metrics(pod: str) -> WorkloadMetrics:
-    """One pod pinned at 100 % over the last 3 s (48.2 over the window), its engine
-    taking 13.3 requests/s and finishing 5.6: demand 100 × 13.3 / 5.6 = 237.5 GPU-%."""
+    """One pod pinned at 95 % over the window (100 over the last 3 s), its engine
+    taking 14 requests/s and finishing 5.6: demand 95 × 14 / 5.6 = 237.5 GPU-%."""
     now = time.time()
-    recent = MetricValues(gpu_util=100.0, request_arrival_rate=13.3, request_completion_rate=5.6)
+    window = MetricValues(gpu_util=95.0, request_arrival_rate=14.0, request_completion_rate=5.6)
+    recent = MetricValues(gpu_util=100.0, request_arrival_rate=14.0, request_completion_rate=5.6)
     return WorkloadMetrics(
         namespace="default",
         kind="Deployment",
         name="bert",
         ts=now,
         window_s=30.0,
-        pods=(PodMetrics(pod, MetricValues(gpu_util=48.2), now, recent=recent),),
-        averages=MetricValues(gpu_util=48.2),
+        pods=(PodMetrics(pod, window, now, recent=recent),),
+        averages=window,
         pods_fresh=1,
         pods_stale=0,
         recent_s=3.0,
@@ -75,7 +76,9 @@ async def test_a_decision_on_an_estimate_is_shown_as_an_estimate(
 
     # The reason calls the estimate an estimate, never a utilization of 237.5.
     head = decision.reason.split(";", 1)[0]
-    assert head.startswith("gpu_util: estimated demand 237.5 GPU-% over target 70"), decision.reason
+    assert head.startswith(
+        "gpu_util: estimated demand 237.5 GPU-% (14.0 requests/s arriving, 5.6/s served per pod) over target 70"
+    ), decision.reason
     assert "gpu_util 237.5" not in decision.reason
     assert decision.inputs["averages_basis"] == {"gpu_util": "estimated demand"}
     (seen,) = state.record.decisions
@@ -87,10 +90,10 @@ async def test_a_decision_on_an_estimate_is_shown_as_an_estimate(
     shown = state.as_json()["workloads"][0]
     assert shown["decisions"][0]["value"] == 237.5
     assert shown["decisions"][0]["basis"] == "estimated demand"
-    assert shown["timeline"][-1]["gpu_util_avg"] == 48.2
+    assert shown["timeline"][-1]["gpu_util_avg"] == 95.0
     assert shown["timeline"][-1]["recent_avg"] == 100.0
     frame = terminal.render(state, 5.0, None, "http://127.0.0.1:8080/")
-    assert "gpu_util  window mean 48.2 · recent mean 100.0 (last 3 s) · target 70" in frame
+    assert "gpu_util  window mean 95.0 · recent mean 100.0 (last 3 s) · target 70" in frame
     assert "decided   1 → 4 on estimated demand 237.5" in frame
 
 

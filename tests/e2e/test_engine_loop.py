@@ -137,9 +137,10 @@ async def test_a_growing_queue_scales_the_workload_up(
     engines = [o["engine"] for b in samples for g in b["gpus"] for o in g["owners"] if o.get("engine")]
     assert engines, "no sample carried engine signals"
     assert all(e["name"] == "vllm" for e in engines)
-    assert max(e["requests_waiting"] for e in engines) > 4
+    assert all("requests_waiting" in e and "request_completion_rate" in e for e in engines)
+    # Sized by what arrives at the pod's service rate, before or as its queue grows.
     up = next(d for d in captured["Decision"] if d["to_replicas"] > d["from_replicas"])
-    assert up["reason"].startswith("requests_waiting ")
+    assert up["reason"].startswith("requests_waiting: estimated demand"), up["reason"]
     for name, payloads in captured.items():
         for payload in payloads[:50]:
             validate_payload(name, payload)

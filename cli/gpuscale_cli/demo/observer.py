@@ -33,7 +33,7 @@ from gpuscale_cli.demo.report import (
 
 GROUP, VERSION, PLURAL = "gpuscale.io", "v1alpha1", "gpuscalers"
 # What a decision's value may be (``inputs.averages_basis``): named so on every screen.
-BASES = ("window mean", "recent mean", "recent and window means", "estimated demand")
+BASES = ("window mean", "estimated demand", "estimated demand and window means")
 
 
 def decision_basis(metric: str, inputs: dict[str, Any]) -> tuple[float | None, str]:

@@ -42,7 +42,7 @@ class DecisionRecord:
     reason: str
     id: str
     # The value the decision rested on for the GPUScaler's (first) metric, and what it
-    # is ("window mean", "recent mean", "recent and window means", "estimated demand").
+    # is ("window mean", "estimated demand", "estimated demand and window means").
     value: float | None = None
     basis: str = ""
 
