@@ -188,3 +188,12 @@ def test_an_estimate_is_finite_for_every_row() -> None:
         v = one(name, 4, P({name: 50.0, "gpu_util": 50.0, **flows(5.0, 4.0)}), remembered=8.0)
         assert math.isfinite(v)
         assert v >= 0.0
+
+
+def test_served_just_after_a_capacity_change_a_rate_needs_its_requests_within_the_span() -> None:
+    # 2 requests/s over the 1 s the means cover: 2 finished, too few to price one.
+    pod = P({"gpu_util": 90.0, **flows(6.0, 2.0)})
+    _, observation = world((pod,), window_s=WINDOW_S, metric="gpu_util")
+    short = replace(observation, span_s=1.0)
+    assert demand("gpu_util", 70, short, None).values["bert-0"] == 90.0
+    assert demand("gpu_util", 70, observation, None).values["bert-0"] == pytest.approx(270.0)

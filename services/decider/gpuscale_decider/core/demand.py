@@ -131,10 +131,11 @@ def service_rate(observation: Observation, remembered: float | None) -> ServiceR
         if math.isfinite(measured):
             return ServiceRate(measured, True)
     busy, served = window.get(BUSY, {}), window.get(COMPLETION, {})
+    span = _span(observation)
     bounds = [
         c * 100.0 / busy[pod]
         for pod, c in served.items()
-        if busy.get(pod, 0.0) >= MIN_BUSY and c * observation.window_s >= MIN_FINISHED
+        if busy.get(pod, 0.0) >= MIN_BUSY and c * span >= MIN_FINISHED
     ]
     best = max([*bounds, *([remembered] if remembered else [])], default=None)
     return ServiceRate(best, False) if best is not None and math.isfinite(best) and best > 0.0 else None
@@ -146,7 +147,7 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
     kind = DEMAND.get(name, Kind.LEVEL)
     if kind is Kind.LEVEL or (kind is Kind.QUEUE and rate is None):
         return Demand(values, 0)
-    window = observation.window_s
+    window, span = observation.window_s, _span(observation)
     arrival = observation.values.get(ARRIVAL, {})
     completion = observation.values.get(COMPLETION, {})
     waiting_now = observation.recent.get(WAITING) or observation.values.get(WAITING, {})
@@ -164,7 +165,7 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
         if kind is Kind.QUEUE:
             assert rate is not None
             estimate = target * asked / rate.per_pod
-        elif c * window >= MIN_FINISHED:
+        elif c * span >= MIN_FINISHED:
             estimate = value * asked / c
         else:
             out[pod] = value  # too few finished to tell what a request costs
@@ -181,6 +182,11 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
         return Demand(values, 0)
     n = float(estimated)
     return Demand(out, estimated, sums[0] / n, sums[1] / n, sums[2] / n, rate)
+
+
+def _span(observation: Observation) -> float:
+    """Seconds the window's means cover (less than the window just after a capacity change)."""
+    return observation.window_s if observation.span_s is None else max(observation.span_s, 1.0)
 
 
 def fmt(v: float) -> str:
