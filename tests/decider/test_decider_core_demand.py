@@ -53,10 +53,23 @@ def test_served_a_backlog_being_worked_off_counts_at_what_arrives() -> None:
     assert one("gpu_util", 70, P({"gpu_util": 100.0, **flows(4.0, 8.0)})) == pytest.approx(50.0)
 
 
-def test_served_a_backlog_waiting_now_is_served_within_one_window() -> None:
-    # 30 waiting over a 30 s window: 1/s more than the 8/s arriving, 9/8 of what it serves.
-    pod = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent={"requests_waiting": 30.0})
-    assert one("gpu_util", 70, pod) == pytest.approx(112.5)
+def test_served_a_backlog_beyond_what_the_target_s_headroom_serves_is_asked_for() -> None:
+    # 12.5 GPU-% per request/s. 120 waiting served within 30 s: 4/s, 50 GPU-%; the 30 GPU-%
+    # a target of 70 keeps free serves 30 of it, so 20 more: 120 GPU-% in all.
+    pod = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent={"requests_waiting": 120.0})
+    assert one("gpu_util", 70, pod) == pytest.approx(120.0)
+
+
+def test_served_a_backlog_the_target_s_headroom_serves_within_the_window_asks_for_nothing() -> None:
+    # 60 waiting: 25 GPU-% over 30 s, within the 30 GPU-% a target of 70 keeps free.
+    pod = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent={"requests_waiting": 60.0})
+    assert one("gpu_util", 70, pod) == pytest.approx(100.0)
+
+
+def test_served_a_metric_without_a_ceiling_keeps_no_headroom_for_a_backlog() -> None:
+    # requests_running: 16 running at 8/s finished, 2 s each; 60 waiting over 30 s is 2/s more.
+    pod = P({"requests_running": 16.0, **flows(8.0, 8.0)}, recent={"requests_waiting": 60.0})
+    assert one("requests_running", 12, pod) == pytest.approx(20.0)
 
 
 @pytest.mark.parametrize("name", ["sm_active", "sm_util", "kv_cache_usage", "requests_running"])

@@ -7,29 +7,31 @@ docs/ARCHITECTURE.md derives it.
 
 A serving replica is a queue: requests arrive at λ a second, wait in the pod's
 own queue (W of them) for a slot, and finish at C a second, at most μ, the
-pod's service rate, which it reaches once requests wait. Over the policy's
-window (the span that says how long a load must last to count) a pod is asked
-to serve
+pod's service rate, which it reaches once requests wait. λ and C are the
+window's means of the engine's rates (the window says how long a load must
+last to count); W is the queue at its latest level (its mean over the recent
+span: a stock is read where it is now). A pod is asked to serve what arrives,
+and its backlog within one window, less the backlog the policy tolerates.
 
-    D = λ + B / window    requests/s: what arrives, and the backlog now served within one window
-
-with λ and C the window's means of the engine's rates, and B the backlog: the
-queue at its latest level (its mean over the recent span: a stock is read where
-it is now) beyond what the policy tolerates (a queue target's requests; else none).
-
-=========  ===================================================  ==================  ============================
-kind       metrics                                              estimate            why
-=========  ===================================================  ==================  ============================
-served     gpu_util, sm_active, sm_util, kv_cache_usage,        value × D / C       the metric per request served
-           requests_running                                                         (utilization law, Little's
-                                                                                    law) times what is asked:
-                                                                                    past 100 % busy too
-queue      requests_waiting                                     target × D / μ      a queue target holds a pod at
-                                                                                    μ with ``target`` waiting: the
-                                                                                    pod asks for D / μ such pods
-level      the memory and power metrics; any metric whose       value               HPA's: no model of the metric,
-           pod's engine sends no rates                                              or nothing to apply it to
-=========  ===================================================  ==================  ============================
+=======  ============================================  ===========================================  ==========================
+kind     metrics                                       estimate                                     why
+=======  ============================================  ===========================================  ==========================
+served   gpu_util, sm_active, sm_util,                 value/C × λ + (value/C × W/window − room)⁺   the metric per request/s
+         kv_cache_usage, requests_running                                                           served (utilization law,
+                                                                                                    Little's law) times what
+                                                                                                    is asked; ``room`` is the
+                                                                                                    headroom the target keeps
+                                                                                                    below a ceiling (100 − target
+                                                                                                    for a %, none for running):
+                                                                                                    it serves that much backlog
+queue    requests_waiting                              target × (λ + (W − target)⁺ / window) / μ    a queue target holds a pod
+                                                                                                    at μ with ``target``
+                                                                                                    waiting: the pod asks for
+                                                                                                    that many such pods
+level    the memory and power metrics; any metric      value                                        HPA's: no model of the
+         whose pod's engine sends no rates                                                          metric, or nothing to
+                                                                                                    apply it to
+=======  ============================================  ===========================================  ==========================
 
 μ is measured on a pod with a queue (it finishes all it can); failing that it
 is the larger of the last measurement (remembered) and what the utilization
@@ -61,6 +63,13 @@ DEMAND: Final[Mapping[str, Kind]] = {
     "kv_cache_usage": Kind.SERVED,
     "requests_running": Kind.SERVED,
     "requests_waiting": Kind.QUEUE,
+}
+# Metrics that cannot read above this: a target below it keeps headroom that serves a backlog.
+CEILINGS: Final[Mapping[str, float]] = {
+    "gpu_util": 100.0,
+    "sm_active": 100.0,
+    "sm_util": 100.0,
+    "kv_cache_usage": 100.0,
 }
 # The unit an estimate is told in (an estimate is no reading of the metric).
 UNITS: Final[Mapping[str, str]] = {
@@ -151,7 +160,7 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
     arrival = observation.values.get(ARRIVAL, {})
     completion = observation.values.get(COMPLETION, {})
     waiting_now = observation.recent.get(WAITING) or observation.values.get(WAITING, {})
-    tolerated = target if kind is Kind.QUEUE else 0.0
+    room = max(0.0, CEILINGS[name] - target) if name in CEILINGS else 0.0
     out: dict[str, float] = {}
     estimated = 0
     sums = [0.0, 0.0, 0.0]
@@ -161,12 +170,12 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
             out[pod] = value
             continue
         w = waiting_now.get(pod, 0.0)
-        asked = lam + max(0.0, w - tolerated) / window
         if kind is Kind.QUEUE:
             assert rate is not None
-            estimate = target * asked / rate.per_pod
+            estimate = target * (lam + max(0.0, w - target) / window) / rate.per_pod
         elif c * span >= MIN_FINISHED:
-            estimate = value * asked / c
+            cost = value / c  # the metric per request/s served
+            estimate = cost * lam + max(0.0, cost * w / window - room)
         else:
             out[pod] = value  # too few finished to tell what a request costs
             continue
