@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -89,13 +90,24 @@ class RunningScaler:
         return 0.0 if value is None else value
 
     async def fed(self, nc: NATS, payload: Any, subject: str | None = None) -> None:
-        """Publish and wait until the scaler has handled the message (kept, rejected or ignored)."""
+        """Publish and wait until the scaler has handled the message (kept, rejected or
+        ignored). Until the scaler has received any message it is sent again each second:
+        on a busy machine the server may not yet know the scaler's new subscription when
+        the first copy goes out (once one arrived, a copy would be counted twice)."""
         before = self.counter("gpuscale_messages_in_total", kind="metrics")
-        await publish(nc, payload, subject)
-        await eventually(
-            lambda: self.counter("gpuscale_messages_in_total", kind="metrics") > before,
-            what="the keda-scaler to receive the message",
-        )
+        sent_at = -math.inf
+
+        async def handled() -> bool:
+            nonlocal sent_at
+            received = self.counter("gpuscale_messages_in_total", kind="metrics")
+            if received > before:
+                return True
+            if time.monotonic() - sent_at >= 1.0 and (received == 0 or sent_at == -math.inf):
+                await publish(nc, payload, subject)
+                sent_at = time.monotonic()
+            return False
+
+        await eventually(handled, 30, "the keda-scaler to receive the message")
 
     async def stop(self, timeout_s: float = 15.0) -> int:
         self.ctx.stop.set()
