@@ -314,12 +314,6 @@ def fmt_seconds(v: float) -> str:
     return f"{round(v, 1):g}" if v < 10.0 else f"{v:.0f}"
 
 
-def fmt_ago(v: float) -> str:
-    """How long ago, as read (a capacity change is told as soon as every pod was
-    measured after it, often within a second)."""
-    return "less than a second ago" if v < 1.0 else f"{fmt_seconds(v)} s ago"
-
-
 def count_pods(n: int) -> str:
     return f"{n} pod" if n == 1 else f"{n} pods"
 
