@@ -120,8 +120,9 @@ def test_queue_a_measured_rate_wins_over_a_remembered_one_and_a_bound_never_lowe
     assert service_rate(observation, 10.0) == ServiceRate(6.0, True)
     idle = P({"requests_waiting": 0.0, "gpu_util": 50.0, **flows(2.0, 2.0)})
     _, observation = world((idle,), window_s=WINDOW_S, metric="requests_waiting")
-    assert service_rate(observation, 10.0) == ServiceRate(10.0, False)  # the bound says 4
-    assert service_rate(observation, 3.0) == ServiceRate(4.0, False)
+    assert service_rate(observation, 10.0) == ServiceRate(10.0, False, "as last measured")  # bound: 4
+    assert service_rate(observation, 3.0) == ServiceRate(4.0, False, "as its GPU's utilization bounds it")
+    assert service_rate(observation, None) == ServiceRate(4.0, False, "as its GPU's utilization bounds it")
 
 
 # --- level -----------------------------------------------------------------------------

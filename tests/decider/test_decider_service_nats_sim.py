@@ -222,7 +222,7 @@ async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
         ].last_evaluation
         assert evaluation is not None
         assert evaluation.desired == 3, evaluation.reason
-        assert "a pod serves 6.0/s at its limit, as last known" in evaluation.reason
+        assert "a pod serves 6.0/s at its limit, as last measured" in evaluation.reason
         assert not watch.decisions
         # Fewer arrive: down to the 2 that serve them, not HPA's 1.
         await publish_metrics(nats_client, queue_message("llm", pods, 0.0, 7.0 / 3, 7.0 / 3, time.time()))

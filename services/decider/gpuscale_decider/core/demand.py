@@ -97,6 +97,7 @@ class ServiceRate:
 
     per_pod: float
     measured: bool  # on a pod with a queue now; else remembered or bounded by the utilization law
+    how: str = "measured on a pod with a queue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +119,7 @@ class Demand:
         if self.waiting >= QUEUED / 2:
             flows += f" and {fmt(self.waiting)} waiting"
         if DEMAND.get(name) is Kind.QUEUE and self.rate is not None:
-            how = "measured on a pod with a queue" if self.rate.measured else "as last known"
-            return f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {how}"
+            return f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {self.rate.how}"
         return f"{flows}, {fmt(self.served)}/s served per pod"
 
 
@@ -146,8 +146,12 @@ def service_rate(observation: Observation, remembered: float | None) -> ServiceR
         for pod, c in served.items()
         if busy.get(pod, 0.0) >= MIN_BUSY and c * span >= MIN_FINISHED
     ]
-    best = max([*bounds, *([remembered] if remembered else [])], default=None)
-    return ServiceRate(best, False) if best is not None and math.isfinite(best) and best > 0.0 else None
+    bound = max((b for b in bounds if math.isfinite(b)), default=0.0)
+    if remembered and remembered >= bound:
+        return ServiceRate(remembered, False, "as last measured")
+    if bound > 0.0:
+        return ServiceRate(bound, False, "as its GPU's utilization bounds it")
+    return None
 
 
 def demand(name: str, target: float, observation: Observation, rate: ServiceRate | None) -> Demand:
