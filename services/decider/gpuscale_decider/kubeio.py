@@ -3,6 +3,7 @@ writes, and the search for other controllers (HPA, KEDA) on the same targets."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import random
 import time
@@ -55,7 +56,7 @@ def _parse(obj: Mapping[str, Any]) -> GPUScaler | InvalidPolicy:
         return InvalidPolicy(*object_identity(obj), e, obj)
 
 
-class _Background:
+class _Background(abc.ABC):
     """A queue drained in the background: woken by ``_wake`` until ``stop``."""
 
     def __init__(self, component: str) -> None:
@@ -75,8 +76,9 @@ class _Background:
         finally:
             stop_task.cancel()
 
+    @abc.abstractmethod
     async def _drain(self, stop: asyncio.Event) -> None:
-        raise NotImplementedError
+        """Write what is queued (a subclass's one job)."""
 
     def _forbidden(self, event: str, e: Forbidden) -> None:
         """Logged once per missing permission: retrying cannot grant RBAC."""
