@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from gpuscale.catalog import METRIC_NAMES
+
 # The model lives in policy_spec; callers import it, with its parser, from here.
 from gpuscale.policy_spec import API_GROUP as API_GROUP
 from gpuscale.policy_spec import API_VERSION as API_VERSION
@@ -52,7 +54,7 @@ from gpuscale.policy_spec import RatePolicy as RatePolicy
 from gpuscale.policy_spec import ScalingRules as ScalingRules
 from gpuscale.policy_spec import milli_value as milli_value
 from gpuscale.timefmt import DURATION_EXAMPLES, parse_duration
-from gpuscale.wire import DEFAULT_API_VERSION, METRIC_NAMES, ScaleTargetRef
+from gpuscale.wire import DEFAULT_API_VERSION, ScaleTargetRef
 
 E = TypeVar("E", bound=StrEnum)
 

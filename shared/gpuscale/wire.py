@@ -26,13 +26,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final
 
 import msgspec
 from msgspec import UNSET as UNSET  # re-exported: the aggregator marks absent metrics with it
-from msgspec import Meta, Struct, UnsetType
+from msgspec import Meta, Struct
+from msgspec import UnsetType as UnsetType  # re-exported with UNSET
 
 # The limits and the rejections live in their own modules; callers import the whole contract from here.
+from gpuscale import catalog
 from gpuscale.wire_limits import ERROR_CODES as ERROR_CODES
 from gpuscale.wire_limits import HEALTH_OK as HEALTH_OK
 from gpuscale.wire_limits import MAX_FUTURE_SKEW_S as MAX_FUTURE_SKEW_S
@@ -109,34 +111,24 @@ def _not_ahead(ts: float, now: float, path: str) -> None:
 # --- metric values ---------------------------------------------------------------
 
 
-class MetricValues(_Wire, frozen=True, gc=False):
-    """A metric map (name -> value) with each metric's limits in its type.
+class _MetricMap(_Wire, frozen=True, gc=False):
+    """A metric map (name -> value), one field per metric of :data:`gpuscale.catalog.CATALOG`
+    with its limits in its type (a % is at most 100).
 
     A Struct, not a dict: a metric name this consumer does not know is an
     unknown key, skipped like any unknown field, so a producer may add metrics
     within v1 (docs/UPGRADING.md). An absent metric is ``UNSET`` and not
-    written. A new metric is one line here (and one in docs/asyncapi.yaml,
-    which a test compares). Reads like a read-only mapping of the metrics present.
+    written. Reads like a read-only mapping of the metrics present.
     """
 
-    gpu_util: Percent | UnsetType = UNSET  # device duty cycle (DCGM_FI_DEV_GPU_UTIL)
-    sm_active: Percent | UnsetType = UNSET  # SM activity, NVML GPM (Hopper and newer)
-    sm_util: Percent | UnsetType = UNSET  # the pod's own processes' SM utilization
-    gpu_mem_used_ratio: Percent | UnsetType = UNSET  # % of the framebuffer
-    gpu_mem_used_mib: NonNegative | UnsetType = UNSET
-    power_w: NonNegative | UnsetType = UNSET
-    # The inference engine's own gauges, scraped from the pod: per-pod means.
-    requests_waiting: NonNegative | UnsetType = UNSET  # requests queued, not yet running
-    requests_running: NonNegative | UnsetType = UNSET  # requests in the running batch
-    kv_cache_usage: Percent | UnsetType = UNSET  # % of the KV cache in use
-    # Flows from the engine's counters (requests/s): what arrives, and what it finishes.
-    request_arrival_rate: NonNegative | UnsetType = UNSET
-    request_completion_rate: NonNegative | UnsetType = UNSET
+    if TYPE_CHECKING:  # the fields are made from the catalog below; positional in its order
+
+        def __init__(self, *values: float | UnsetType, **named: float | UnsetType) -> None: ...
 
     @classmethod
     def of(cls, values: Mapping[str, float]) -> MetricValues:
         """From a name -> value map; a name not in :data:`METRIC_NAMES` is a TypeError."""
-        return cls(**values)
+        return MetricValues(**values)
 
     def to_dict(self) -> dict[str, float]:
         """The metrics present (an absent one is UNSET, which this leaves out)."""
@@ -166,6 +158,22 @@ class MetricValues(_Wire, frozen=True, gc=False):
         return iter(self.to_dict().items())
 
 
+def _value_type(metric: catalog.Metric) -> Any:
+    return Percent if metric.ceiling == 100.0 else NonNegative
+
+
+if TYPE_CHECKING:
+    MetricValues = _MetricMap
+else:
+    MetricValues = msgspec.defstruct(
+        "MetricValues",
+        [(m.name, _value_type(m) | UnsetType, UNSET) for m in catalog.CATALOG],
+        bases=(_MetricMap,),
+        module=__name__,
+        frozen=True,
+        gc=False,
+    )
+
 METRIC_NAMES: Final[tuple[str, ...]] = MetricValues.__struct_fields__
 _METRIC_SET: Final = frozenset(METRIC_NAMES)
 NO_METRICS: Final = MetricValues()
@@ -182,21 +190,41 @@ class WorkloadRef(_Wire, frozen=True, gc=False):
 EngineName = Annotated[str, Meta(min_length=1, max_length=63)]
 
 
-class EngineSignals(_Wire, frozen=True, gc=False):
+class _EngineValues(_Wire, frozen=True, gc=False):
     """What the pod's inference server(s) said about demand, scraped by the
-    collector from the pod's own metrics endpoint (added in v1).
-    Summed over the pod's engines (a pod may run several); a value the
-    engine does not expose is None (TGI has no KV-cache gauge)."""
+    collector from the pod's own metrics endpoint (added in v1): one field per
+    per-pod metric of the catalog. Summed over the pod's engines (a pod may run
+    several; a % is their mean); a value the engine does not expose is None (TGI
+    has no KV-cache gauge). The rates are requests/s over the collector's last two
+    scrapes: finished (the engines' finished-request counters) and arrived
+    (finished plus the growth of waiting + running), None until two scrapes and
+    after a reset."""
 
     name: EngineName  # which engines answered: vllm, sglang, tgi, triton (several joined by "+")
-    requests_waiting: NonNegative | None = None
-    requests_running: NonNegative | None = None
-    kv_cache_usage: Percent | None = None  # %, the mean over the pod's engines
-    # Requests/s over the collector's last two scrapes of the pod: finished (the
-    # rate of the engines' finished-request counters) and arrived (finished plus
-    # the growth of waiting + running). None until two scrapes, and after a reset.
-    request_arrival_rate: NonNegative | None = None
-    request_completion_rate: NonNegative | None = None
+
+    if TYPE_CHECKING:  # the values are made from the catalog below
+
+        def __init__(self, name: str, **values: float | None) -> None: ...
+
+
+if TYPE_CHECKING:
+    EngineSignals = _EngineValues
+else:
+    EngineSignals = msgspec.defstruct(
+        "EngineSignals",
+        [(name, _value_type(catalog.METRICS[name]) | None, None) for name in catalog.POD_METRICS],
+        bases=(_EngineValues,),
+        module=__name__,
+        frozen=True,
+        gc=False,
+    )
+
+
+class PodEngine(_Wire, frozen=True, gc=False):
+    """One pod's engine signals, once per batch however many of the node's GPUs it holds."""
+
+    pod_uid: PodUid
+    signals: EngineSignals
 
 
 class GpuOwner(_Wire, frozen=True, gc=False):
@@ -213,10 +241,8 @@ class GpuOwner(_Wire, frozen=True, gc=False):
     # A pod that is not ready (loading its model) counts as missing, as HPA
     # treats unready pods, rather than as a fresh pod at 0 %.
     ready: bool | None = None
-    # The pod's inference-server gauges when the collector scraped them this
-    # tick; absent (UNSET, not written) or null: not scraped, no engine found,
-    # or the scrape is stale. The same on every GPU entry of a multi-GPU pod:
-    # a per-pod value, not per GPU.
+    # The pod's engine signals as the previous release's collectors sent them, on every GPU
+    # entry of the pod; read when the batch's ``engines`` has none for the pod.
     engine: EngineSignals | UnsetType | None = UNSET
 
 
@@ -247,6 +273,10 @@ class SampleBatch(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSI
     seq: Count
     interval_s: IntervalS
     gpus: Annotated[tuple[GpuSample, ...], Meta(max_length=MAX_GPUS_PER_NODE)]
+    # Per pod, the engine signals scraped this tick (none: not scraped, no engine, or stale).
+    engines: (
+        Annotated[tuple[PodEngine, ...], Meta(max_length=MAX_GPUS_PER_NODE * MAX_OWNERS_PER_GPU)] | UnsetType
+    ) = UNSET
 
     KIND: ClassVar[str] = "samples"
 

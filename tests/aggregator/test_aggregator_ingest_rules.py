@@ -18,7 +18,7 @@ from gpuscale_aggregator.core.scaleout import split_by_workload
 from gpuscale_aggregator.core.window import WindowConfig
 from gpuscale_aggregator.settings import partition_spec
 
-from .aggregator_builders import NOW, batch, gpu, one_pod_batch, owner
+from .aggregator_builders import NOW, batch, engine, gpu, one_pod_batch, owner
 
 
 def ingest_all(steps: list[tuple[dict[str, Any], float]]) -> tuple[Aggregator, list[str]]:
@@ -118,18 +118,21 @@ def test_one_bad_gpu_does_not_drop_the_rest_of_a_sound_batch() -> None:
     assert m.averages["gpu_util"] == 40.0
 
 
-def test_split_by_workload_keeps_only_each_workloads_owners() -> None:
+def test_split_by_workload_keeps_only_each_workloads_owners_and_their_engines() -> None:
     whole = batch(
         gpu(0, owner("a-1", sm_util=10.0), owner("b-1", "llama", sm_util=20.0)),
         gpu(1, owner("b-1", "llama")),
         seq=4,
-    )
+    ) | {"engines": [{"pod_uid": "uid-b-1", "signals": engine(3.0, 8.0, 50.0)}]}
     b = decode(encode_raw(whole), SampleBatch, NOW)
     parts = split_by_workload(b)
     assert sorted(k.name for k in parts) == ["bert", "llama"]
     llama = next(v for k, v in parts.items() if k.name == "llama")
+    bert = next(v for k, v in parts.items() if k.name == "bert")
     assert [g.index for g in llama.gpus] == [0, 1]
     assert {o.pod for g in llama.gpus for o in g.owners} == {"b-1"}
+    assert [e.pod_uid for e in llama.engines or ()] == ["uid-b-1"]
+    assert not bert.engines
     assert (llama.node, llama.seq, llama.ts) == (b.node, 4, b.ts)
     # Splitting loses nothing: the windows fed the parts publish what the whole gives.
     from_whole, from_parts = Aggregator(), Aggregator()

@@ -461,3 +461,37 @@ def test_a_pod_without_an_engine_has_no_engine_values() -> None:
     assert "kv_cache_usage" not in plain.values
     only_gpu = run(SCENARIOS["mean over samples in the window"])["bert"]
     assert not {"requests_waiting", "requests_running", "kv_cache_usage"} & set(only_gpu.averages)
+
+
+def test_engine_signals_sent_once_per_pod_feed_the_pod_as_on_each_owner() -> None:
+    """A collector of this release sends a pod's engine signals once, beside the GPUs;
+    the previous release's sent them on each of the pod's GPU owners: same means."""
+    signals = engine(6.0, 12.0, 40.0, arrival=9.0, completion=8.0)
+
+    def once_per_pod(ts: float) -> dict[str, Any]:
+        b = batch(gpu(0, owner("q-1", "llm"), util=40.0), gpu(1, owner("q-1", "llm"), util=60.0), ts=ts)
+        return b | {"engines": [{"pod_uid": "uid-q-1", "signals": signals}]}
+
+    def on_each_owner(ts: float) -> dict[str, Any]:
+        return batch(
+            gpu(0, owner("q-1", "llm", engine=signals), util=40.0),
+            gpu(1, owner("q-1", "llm", engine=signals), util=60.0),
+            ts=ts,
+        )
+
+    got = [
+        run(Scenario([make(NOW), make(NOW + 1)], now=NOW + 1))["llm"]
+        for make in (once_per_pod, on_each_owner)
+    ]
+    assert got[0].pods[0].values == got[1].pods[0].values
+    assert got[0].pods[0].values["requests_waiting"] == pytest.approx(6.0)
+    assert got[0].pods[0].values["request_completion_rate"] == pytest.approx(8.0)
+    assert got[0].pods[0].values["gpu_util"] == pytest.approx(50.0)
+
+
+def test_engine_signals_of_a_pod_not_on_the_batch_feed_nothing() -> None:
+    b = batch(gpu(0, owner("q-1", "llm")), ts=NOW) | {
+        "engines": [{"pod_uid": "uid-elsewhere", "signals": engine(6.0, 12.0, 40.0)}]
+    }
+    (m,) = run(Scenario([b], now=NOW)).values()
+    assert "requests_waiting" not in m.pods[0].values

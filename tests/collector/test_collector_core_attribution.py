@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpuscale.wire import GpuOwner, WorkloadRef
+from gpuscale.wire import UNSET, EngineSignals, GpuOwner, PodEngine, WorkloadRef
 from gpuscale_collector.core.attribution import Attribution, build_batch, owners_of, pids_to_resolve
 from gpuscale_collector.core.cgroup import CgroupIdentity
 from gpuscale_collector.core.devices import (
@@ -212,6 +212,18 @@ def test_backend_owners_pass_through() -> None:
     batch = build_batch("n", 1.0, 7, 0.5, [gpu(owners=(owner,))], Attribution())
     assert batch.gpus[0].owners == (owner,)
     assert (batch.node, batch.seq, batch.interval_s) == ("n", 7, 0.5)
+
+
+def test_engine_signals_travel_once_per_pod_however_many_gpus_it_holds() -> None:
+    llm = GpuOwner("ns", "llm-0", "c", "uid-llm-0", WorkloadRef("Deployment", "llm"))
+    plain = GpuOwner("ns", "bert-0", "c", "uid-bert-0", WorkloadRef("Deployment", "bert"))
+    signals = EngineSignals("vllm", requests_waiting=3.0)
+    engines = {("ns", "llm-0"): signals, ("ns", "gone-0"): EngineSignals("vllm")}
+    readings = [gpu(owners=(llm,)), gpu(GPU1, owners=(llm,)), gpu(GPU1, owners=(plain,))]
+    batch = build_batch("n", 1.0, 7, 0.5, readings, Attribution(engines=engines))
+    assert batch.engines == (PodEngine("uid-llm-0", signals),)
+    assert all(o.engine is UNSET for g in batch.gpus for o in g.owners)
+    assert build_batch("n", 1.0, 8, 0.5, readings, Attribution()).engines is UNSET
 
 
 def test_pids_to_resolve() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuscale.wire import EngineSignals, SampleBatch
+from gpuscale.wire import UNSET, EngineSignals, SampleBatch
 
 from ..k8s_objects import gpu_workload, vllm_annotations
 
@@ -22,9 +22,18 @@ def owners(batch: SampleBatch | None, workload: str) -> list[Any]:
     return [o for g in (batch.gpus if batch else ()) for o in g.owners if o.workload.name == workload]
 
 
+def signals(batch: SampleBatch | None, workload: str) -> dict[str, EngineSignals]:
+    """Pod -> its engine signals in ``batch``: once per pod, beside the GPUs (never on an owner)."""
+    if batch is None:
+        return {}
+    assert all(o.engine is UNSET for g in batch.gpus for o in g.owners), "engine signals ride once per pod"
+    by_uid = {e.pod_uid: e.signals for e in batch.engines or ()}
+    return {o.pod: by_uid[o.pod_uid] for o in owners(batch, workload) if o.pod_uid in by_uid}
+
+
 def engines_of(collector: Any, workload: str) -> dict[str, EngineSignals]:
-    found = {o.pod: o.engine for o in owners(collector.last_batch, workload) if o.engine}
-    assert found, f"no {workload} owner carries engine signals yet"
+    found = signals(collector.last_batch, workload)
+    assert found, f"no {workload} pod has engine signals yet"
     return found
 
 
@@ -44,14 +53,14 @@ async def test_engine_gauges_ride_on_the_samples_of_their_pods(kube_sim: Any, ki
             return found
 
         found = await kit.wait_for(both_pods_queueing, 15, "both llm pods' queues in the samples")
-        for signals in found.values():
-            assert signals.name == "vllm"
-            assert signals.requests_running == pytest.approx(16.0)  # 16 slots on its one GPU, full
-            assert signals.kv_cache_usage is not None
-            assert 85.0 <= signals.kv_cache_usage <= 100.0
+        for engine in found.values():
+            assert engine.name == "vllm"
+            assert engine.requests_running == pytest.approx(16.0)  # 16 slots on its one GPU, full
+            assert engine.kv_cache_usage is not None
+            assert 85.0 <= engine.kv_cache_usage <= 100.0
         # A plain GPU workload carries none.
         assert owners(rc.collector.last_batch, "bert")
-        assert not any(o.engine for o in owners(rc.collector.last_batch, "bert"))
+        assert not signals(rc.collector.last_batch, "bert")
         metrics = rc.ctx.metrics.registry
         assert (
             metrics.get_sample_value("gpuscale_collector_engine_scrapes_total", {"outcome": "ok"}) or 0
@@ -75,9 +84,9 @@ async def test_engine_flows_ride_on_the_samples_too(kube_sim: Any, kit: Any) -> 
 
         def enough_flows() -> list[EngineSignals]:
             batch = rc.collector.last_batch
-            for o in owners(batch, "llm"):
-                if o.engine and o.engine.request_completion_rate is not None:
-                    seen[(o.pod, batch.ts)] = o.engine
+            for pod, engine in signals(batch, "llm").items():
+                if engine.request_completion_rate is not None:
+                    seen[(pod, batch.ts)] = engine
             with_flows = [e for e in seen.values() if e.request_arrival_rate is not None]
             assert len(with_flows) >= 16, f"{len(with_flows)} pod samples with flows so far"
             return with_flows
@@ -116,7 +125,7 @@ async def test_a_hanging_endpoint_does_not_delay_sampling(kube_sim: Any, kit: An
         await kit.wait_for(lambda: timeouts() >= 2, 15, "scrapes timing out")
         ticks = registry.get_sample_value("gpuscale_collector_ticks_total") or 0
         await kit.wait_for(
-            lambda: not any(o.engine for o in owners(rc.collector.last_batch, "llm")),
+            lambda: not signals(rc.collector.last_batch, "llm"),
             15,
             "stale values dropped",
         )

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuscale.catalog import DemandKind
 from gpuscale.policy import NotReadyPods
-from gpuscale_decider.core.demand import DEMAND, Kind, ServiceRate, demand, service_rate
+from gpuscale_decider.core.demand import DEMAND, ServiceRate, demand, service_rate
 from gpuscale_decider.core.replicas import Tolerances, metric_proposal
 from gpuscale_decider.core.state import Capacity
 
@@ -130,7 +131,7 @@ def test_queue_a_measured_rate_wins_over_a_remembered_one_and_a_bound_never_lowe
 
 @pytest.mark.parametrize("name", ["gpu_mem_used_ratio", "gpu_mem_used_mib", "power_w"])
 def test_level_metrics_with_no_model_read_their_value(name: str) -> None:
-    assert DEMAND.get(name, Kind.LEVEL) is Kind.LEVEL
+    assert DEMAND.get(name, DemandKind.LEVEL) is DemandKind.LEVEL
     assert one(name, 50, P({name: 80.0, **flows(16.0, 8.0)})) == 80.0
 
 

@@ -29,7 +29,7 @@ CASES = {
     ),
     "a queue: sized by what arrives at the pod's service rate": (
         QUEUE, 1, (P({"requests_waiting": 4.0, **FLOWS}),),
-        "requests_waiting: estimated demand 8.0 (16.0 requests/s arriving and 4.0 waiting per pod; a pod "
+        "requests_waiting: estimated demand 8.0 requests (16.0 requests/s arriving and 4.0 waiting per pod; a pod "
         "serves 8.0/s at its limit, measured on a pod with a queue) over target 4", "estimated demand",
     ),
 }  # fmt: skip

@@ -134,8 +134,9 @@ async def test_a_growing_queue_scales_the_workload_up(
         await drain(nc)
 
     samples = captured["SampleBatch"]
-    engines = [o["engine"] for b in samples for g in b["gpus"] for o in g["owners"] if o.get("engine")]
+    engines = [e["signals"] for b in samples for e in b.get("engines", ())]
     assert engines, "no sample carried engine signals"
+    assert not any("engine" in o for b in samples for g in b["gpus"] for o in g["owners"]), "once per pod"
     assert all(e["name"] == "vllm" for e in engines)
     assert all("requests_waiting" in e and "request_completion_rate" in e for e in engines)
     # Sized by what arrives at the pod's service rate, before or as its queue grows.

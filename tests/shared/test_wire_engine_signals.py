@@ -21,6 +21,7 @@ from gpuscale.wire import (
     UNSET,
     EngineSignals,
     MetricValues,
+    PodEngine,
     PodMetrics,
     SampleBatch,
     WireError,
@@ -33,9 +34,11 @@ from .wire_factories import NOW, batch, gpu, metrics, owner
 ENGINE_FIELDS = {"engine", "requests_waiting", "requests_running", "kv_cache_usage"}
 
 
-def _before_issue_14(cls: Any, made: dict[Any, Any] | None = None) -> Any:
+def _before_issue_14(
+    cls: Any, made: dict[Any, Any] | None = None, dropped: frozenset[str] = ENGINE_FIELDS
+) -> Any:
     """A copy of a wire Struct as it was before the engine signals: the same fields and
-    limits, nested shapes copied alike, minus the engine fields."""
+    limits, nested shapes copied alike, minus the engine fields (or ``dropped``)."""
     made = {} if made is None else made
     if cls in made:
         return made[cls]
@@ -44,9 +47,9 @@ def _before_issue_14(cls: Any, made: dict[Any, Any] | None = None) -> Any:
     hints = msgspec.structs.fields(cls)
     fields: list[Any] = []
     for f in hints:
-        if f.encode_name in ENGINE_FIELDS:
+        if f.encode_name in dropped:
             continue
-        annotation = _swap(f.type, made)
+        annotation = _swap(f.type, made, dropped)
         if f.required:
             fields.append((f.name, annotation))
         else:
@@ -65,18 +68,18 @@ def _before_issue_14(cls: Any, made: dict[Any, Any] | None = None) -> Any:
     return old
 
 
-def _swap(annotation: Any, made: dict[Any, Any]) -> Any:
+def _swap(annotation: Any, made: dict[Any, Any], dropped: frozenset[str]) -> Any:
     """The annotation with every wire Struct in it replaced by its old copy."""
     if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
-        return _before_issue_14(annotation, made)
+        return _before_issue_14(annotation, made, dropped)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
-        return typing.Annotated[(_swap(args[0], made), *annotation.__metadata__)]
+        return typing.Annotated[(_swap(args[0], made, dropped), *annotation.__metadata__)]
     if origin in (typing.Union, types.UnionType):
-        return functools.reduce(operator.or_, (_swap(a, made) for a in args))
+        return functools.reduce(operator.or_, (_swap(a, made, dropped) for a in args))
     if origin is tuple:  # tuple[X, ...]
-        return tuple[(_swap(args[0], made), ...)]  # type: ignore[misc]  # built at run time
+        return tuple[(_swap(args[0], made, dropped), ...)]  # type: ignore[misc]  # built at run time
     return annotation
 
 
@@ -120,6 +123,20 @@ def test_the_old_copy_really_lacks_the_new_fields() -> None:
     assert "engine" not in old_owner.__struct_fields__
     assert "ready" in old_owner.__struct_fields__
     assert unknown_fields(msgpack.unpackb(codec.encode(_engine_batch())), SampleBatch) == set()
+
+
+def test_a_reader_of_the_previous_release_names_only_the_per_pod_engines_unknown() -> None:
+    """Signals once per pod (``engines``) are additive: the previous release's aggregator
+    reads the rest of the batch, and a new one reads the previous collectors' owners."""
+    previous = _before_issue_14(SampleBatch, dropped=frozenset({"engines"}))
+    signals = EngineSignals("vllm", requests_waiting=7.0)
+    per_pod = batch(gpus=(gpu(0, owners=(owner(),)),), engines=(PodEngine(owner().pod_uid, signals),))
+    data = codec.encode(per_pod)
+    decoded = msgspec.msgpack.decode(data, type=previous)
+    assert [o.pod for g in decoded.gpus for o in g.owners] == ["bert-7d9f-abcde"]
+    assert unknown_fields(msgpack.unpackb(data), previous) == {"engines"}
+    assert Reader(SampleBatch).decode(data, NOW).engines == (PodEngine(owner().pod_uid, signals),)
+    assert "engines" not in msgpack.unpackb(codec.encode(batch()))  # none: not written
 
 
 def test_no_engine_is_not_written_and_absent_or_null_read_as_none() -> None:

@@ -19,6 +19,7 @@ from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
 from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
+from gpuscale.catalog import METRICS
 from gpuscale.logging import get_logger
 from gpuscale.natsio import NATS
 from gpuscale.wire import Action, Decision, MetricValues, WireError, WorkloadMetrics
@@ -91,6 +92,7 @@ class WorkloadView:
         return {
             "workload": self.key,
             "metric": self.metric,
+            "unit": METRICS[self.metric].per_pod_unit if self.metric in METRICS else "per pod",
             "target": self.target,
             "window_s": self.window_s,
             "recent_s": self.recent_s,

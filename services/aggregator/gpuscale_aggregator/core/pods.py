@@ -169,6 +169,8 @@ class PodWindows(Rings):
         pack_into, unpack_from, size = RECORD.pack_into, RECORD.unpack_from, RECORD.size
         per_pod = TOTALS_RECORD.size  # bytes: the totals are read and written as one struct
         pack_totals, unpack_totals = TOTALS_RECORD.pack_into, TOTALS_RECORD.unpack_from
+        # Engine signals once per pod (an older collector's ride on each owner instead).
+        pod_engines = {e.pod_uid: e.signals for e in batch.engines} if batch.engines else None
         for g in batch.gpus:
             util = g.util
             owners = g.owners
@@ -192,7 +194,7 @@ class PodWindows(Rings):
                     pid = self._new_pod(workload, o.pod, bucket, ts)
                 if unheard[pid]:  # once per pod per message: the rest of its samples pass here
                     self._hear(pid, workload)
-                engine = o.engine
+                engine = o.engine or (pod_engines.get(o.pod_uid) if pod_engines else None)
                 eid = engine_ids[pid]
                 if engine and eid == NO_ENGINE:
                     eid = self._new_engine(pid)

@@ -7,31 +7,18 @@ import operator
 import struct
 from typing import Any, Final
 
-from gpuscale.wire import METRIC_NAMES, EngineSignals
+from gpuscale.catalog import GPU_METRICS, METRICS, POD_METRICS
+from gpuscale.wire import EngineSignals
 
-# The metrics the window computes, percentages first, in the order its hot loops spell them out.
-WINDOW_METRICS: Final = (
-    "gpu_util",
-    "sm_active",
-    "sm_util",
-    "gpu_mem_used_ratio",
-    "gpu_mem_used_mib",
-    "power_w",
-)
-# The inference engine's gauges, in a ring of their own for the pods that have them.
-ENGINE_METRICS: Final = (
-    "requests_waiting",
-    "requests_running",
-    "kv_cache_usage",
-    "request_arrival_rate",
-    "request_completion_rate",
-)
-if METRIC_NAMES[: len(WINDOW_METRICS) + len(ENGINE_METRICS)] != WINDOW_METRICS + ENGINE_METRICS:
+# The metrics the window computes, in the catalog's order; its hot loops spell out six of them.
+WINDOW_METRICS: Final = GPU_METRICS
+ENGINE_METRICS: Final = POD_METRICS  # in a ring of their own, for the pods that have them
+if len(WINDOW_METRICS) != 6 or [METRICS[m].ceiling for m in WINDOW_METRICS[:4]] != [100.0] * 4:
     raise ImportError(
-        f"gpuscale.wire's metrics begin {METRIC_NAMES}; the window computes {WINDOW_METRICS + ENGINE_METRICS}"
+        f"the window's loops spell out four percentages and two other metrics, not {WINDOW_METRICS}"
     )
 N_METRICS: Final = len(WINDOW_METRICS)
-MEM_RATIO: Final = WINDOW_METRICS.index("gpu_mem_used_ratio")  # the last metric that is a %
+MEM_RATIO: Final = 3  # the last per-GPU metric that is a %
 RECORD: Final = struct.Struct(f"<{N_METRICS}f{N_METRICS}B")
 EMPTY_RECORD: Final = (0.0,) * N_METRICS + (0,) * N_METRICS
 COUNT_MAX: Final = 255
@@ -42,7 +29,11 @@ TOTALS: Final = 2 * N_METRICS  # per pod: sums then counts over the ring
 # A pod's totals as one struct: one call folds or evicts a record.
 TOTALS_RECORD: Final = struct.Struct(f"={TOTALS}d")
 N_ENGINE: Final = len(ENGINE_METRICS)
-KV: Final = ENGINE_METRICS.index("kv_cache_usage")  # the one engine metric that is a %
+# Per engine metric, the most it can read (a %), or None.
+ENGINE_CEILINGS: Final = tuple(METRICS[m].ceiling for m in ENGINE_METRICS)
+if ENGINE_CEILINGS.count(100.0) != 1:
+    raise ImportError(f"the window pins one engine percentage at 100, not those of {ENGINE_METRICS}")
+KV: Final = ENGINE_CEILINGS.index(100.0)
 ENGINE_RECORD: Final = struct.Struct(f"<{N_ENGINE}f{N_ENGINE}B")
 EMPTY_ENGINE: Final = (0.0,) * N_ENGINE + (0,) * N_ENGINE
 ENGINE_TOTALS: Final = 2 * N_ENGINE

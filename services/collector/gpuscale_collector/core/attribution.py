@@ -12,9 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import msgspec
-
-from gpuscale.wire import HEALTH_OK, EngineSignals, GpuOwner, GpuSample, SampleBatch, WorkloadRef
+from gpuscale.wire import (
+    HEALTH_OK,
+    UNSET,
+    EngineSignals,
+    GpuOwner,
+    GpuSample,
+    PodEngine,
+    SampleBatch,
+    UnsetType,
+    WorkloadRef,
+)
 from gpuscale_collector.core.cgroup import CgroupIdentity
 from gpuscale_collector.core.devices import ContainerRef, holders_of
 from gpuscale_collector.core.readings import DeviceReading
@@ -131,8 +139,6 @@ def to_sample(reading: DeviceReading, attribution: Attribution) -> GpuSample:
             owners=(),
         )
     owners = reading.owners if reading.owners is not None else owners_of(reading, attribution)
-    if attribution.engines:
-        owners = with_engines(owners, attribution.engines)
     return GpuSample(
         uuid=reading.uuid,
         index=reading.index,
@@ -150,18 +156,18 @@ def to_sample(reading: DeviceReading, attribution: Attribution) -> GpuSample:
     )
 
 
-def with_engines(
-    owners: tuple[GpuOwner, ...], engines: Mapping[tuple[str, str], EngineSignals]
-) -> tuple[GpuOwner, ...]:
-    """Each owner with its pod's engine signals, where there are any."""
-    if not any((o.namespace, o.pod) in engines for o in owners):
-        return owners
-    return tuple(
-        msgspec.structs.replace(o, engine=signals)
-        if (signals := engines.get((o.namespace, o.pod))) is not None
-        else o
-        for o in owners
-    )
+def pod_engines(
+    gpus: Sequence[GpuSample], engines: Mapping[tuple[str, str], EngineSignals]
+) -> tuple[PodEngine, ...] | UnsetType:
+    """The engine signals of the pods that hold the node's GPUs, once per pod (UNSET: none)."""
+    if not engines:
+        return UNSET
+    found: dict[str, PodEngine] = {}
+    for g in gpus:
+        for o in g.owners:
+            if o.pod_uid not in found and (signals := engines.get((o.namespace, o.pod))) is not None:
+                found[o.pod_uid] = PodEngine(o.pod_uid, signals)
+    return tuple(found.values()) or UNSET
 
 
 def build_batch(
@@ -172,13 +178,9 @@ def build_batch(
     readings: Sequence[DeviceReading],
     attribution: Attribution,
 ) -> SampleBatch:
-    return SampleBatch(
-        node=node,
-        ts=ts,
-        seq=seq,
-        interval_s=interval_s,
-        gpus=tuple(to_sample(r, attribution) for r in readings),
-    )
+    gpus = tuple(to_sample(r, attribution) for r in readings)
+    engines = pod_engines(gpus, attribution.engines)
+    return SampleBatch(node=node, ts=ts, seq=seq, interval_s=interval_s, gpus=gpus, engines=engines)
 
 
 def pids_to_resolve(readings: Sequence[DeviceReading]) -> set[int]:

@@ -44,43 +44,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
 
+from gpuscale.catalog import ARRIVAL, CATALOG, COMPLETION, DemandKind
 from gpuscale_decider.core.observation import Observation
 
-
-class Kind(StrEnum):
-    SERVED = "served"
-    QUEUE = "queue"
-    LEVEL = "level"
-
-
-DEMAND: Final[Mapping[str, Kind]] = {
-    "gpu_util": Kind.SERVED,
-    "sm_active": Kind.SERVED,
-    "sm_util": Kind.SERVED,
-    "kv_cache_usage": Kind.SERVED,
-    "requests_running": Kind.SERVED,
-    "requests_waiting": Kind.QUEUE,
+# Each metric's row of the table, from the catalog (a metric's demand kind is part of its entry).
+DEMAND: Final[Mapping[str, DemandKind]] = {
+    m.name: m.demand for m in CATALOG if m.demand is not DemandKind.LEVEL
 }
 # Metrics that cannot read above this: a target below it keeps headroom that serves a backlog.
-CEILINGS: Final[Mapping[str, float]] = {
-    "gpu_util": 100.0,
-    "sm_active": 100.0,
-    "sm_util": 100.0,
-    "kv_cache_usage": 100.0,
-}
-# The unit an estimate is told in (an estimate is no reading of the metric).
-UNITS: Final[Mapping[str, str]] = {
-    "gpu_util": "GPU-%",
-    "sm_active": "%",
-    "sm_util": "%",
-    "kv_cache_usage": "%",
-}
-
-ARRIVAL: Final = "request_arrival_rate"
-COMPLETION: Final = "request_completion_rate"
+CEILINGS: Final[Mapping[str, float]] = {m.name: m.ceiling for m in CATALOG if m.ceiling is not None}
+# The unit an estimate is told in (an estimate is no reading of the metric: GPU-% may pass 100).
+UNITS: Final[Mapping[str, str]] = {m.name: m.estimate_unit or str(m.unit) for m in CATALOG}
 WAITING: Final = "requests_waiting"
 BUSY: Final = "gpu_util"
 # A rate needs this many requests finished per pod over its span: a scrape counts whole requests.
@@ -118,7 +94,7 @@ class Demand:
         flows = f"{fmt(self.arriving)} requests/s arriving"
         if self.waiting >= QUEUED / 2:
             flows += f" and {fmt(self.waiting)} waiting"
-        if DEMAND.get(name) is Kind.QUEUE and self.rate is not None:
+        if DEMAND.get(name) is DemandKind.QUEUE and self.rate is not None:
             return f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {self.rate.how}"
         return f"{flows}, {fmt(self.served)}/s served per pod"
 
@@ -157,8 +133,8 @@ def service_rate(observation: Observation, remembered: float | None) -> ServiceR
 def demand(name: str, target: float, observation: Observation, rate: ServiceRate | None) -> Demand:
     """Each fresh pod's estimate of ``name`` (its row of :data:`DEMAND`)."""
     values = observation.values.get(name, {})
-    kind = DEMAND.get(name, Kind.LEVEL)
-    if kind is Kind.LEVEL or (kind is Kind.QUEUE and rate is None):
+    kind = DEMAND.get(name, DemandKind.LEVEL)
+    if kind is DemandKind.LEVEL or (kind is DemandKind.QUEUE and rate is None):
         return Demand(values, 0)
     window, span = observation.window_s, _span(observation)
     arrival = observation.values.get(ARRIVAL, {})
@@ -174,7 +150,7 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
             out[pod] = value
             continue
         w = waiting_now.get(pod, 0.0)
-        if kind is Kind.QUEUE:
+        if kind is DemandKind.QUEUE:
             assert rate is not None
             estimate = target * (lam + max(0.0, w - target) / window) / rate.per_pod
         elif c * span >= MIN_FINISHED:

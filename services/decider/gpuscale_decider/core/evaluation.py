@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from gpuscale.catalog import DemandKind
 from gpuscale.policy import GPUScalerSpec
 from gpuscale_decider.core.behavior import clamp_rate_and_bounds, cooldown, normalize
 from gpuscale_decider.core.conditions import (
@@ -22,7 +23,7 @@ from gpuscale_decider.core.conditions import (
     active,
     limited,
 )
-from gpuscale_decider.core.demand import DEMAND, UNITS, Kind, ServiceRate, demand, service_rate
+from gpuscale_decider.core.demand import DEMAND, UNITS, ServiceRate, demand, service_rate
 from gpuscale_decider.core.observation import Observation, Target, same_window
 from gpuscale_decider.core.replicas import (
     Basis,
@@ -270,7 +271,7 @@ def _proposals(
     with the state remembering a service rate measured now."""
     tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
     rate: ServiceRate | None = None
-    if any(DEMAND.get(m.name) is Kind.QUEUE for m in spec.metrics):
+    if any(DEMAND.get(m.name) is DemandKind.QUEUE for m in spec.metrics):
         kept = state.queue_capacity
         rate = service_rate(observation, None if kept is None else kept.per_pod)
         if rate is not None and rate.measured:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from gpuscale.catalog import METRIC_NAMES
 from gpuscale.names import DNS1123_SUBDOMAIN_MAX, is_dns1123_label, is_dns1123_subdomain
 from gpuscale.subjects import WorkloadKey
-from gpuscale.wire import METRIC_NAMES
 
 METRIC_PREFIX: Final = "gpuscale-"
 TOTAL_SUFFIX: Final = "-total"
