@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from array import array
 from operator import add, sub
+from struct import Struct
 from typing import Any, Final
 
 from gpuscale.wire import NO_METRICS, UNSET, MetricValues
@@ -37,6 +38,28 @@ from .records import (
 # A pod's ring: times, records, engine records, first bucket's index in the first two and in
 # the engine records, length.
 Where = tuple["array[float]", bytearray, bytearray, int, int, int]
+# Nothing yet: the sums a pod's recent means start from.
+_NO_TOTALS: Final = (0.0,) * TOTALS
+_NO_ENGINE_TOTALS: Final = (0.0,) * ENGINE_TOTALS
+# The positions _recent spells out.
+if (
+    MEM_RATIO != 3
+    or N_ENGINE != 5
+    or KV != 2
+    or MetricValues.__struct_fields__ != WINDOW_METRICS + ENGINE_METRICS
+):
+    raise ImportError("core.rings._recent spells out the metrics in an order that has changed")
+_RUNS: dict[int, Struct] = {}
+
+
+def _run_of(k: int) -> Struct:
+    """``k`` records side by side, as one struct (read at once)."""
+    run = _RUNS.get(k)
+    if run is None:
+        run = _RUNS[k] = Struct(RECORD.format[0] + RECORD.format[1:] * k)
+    return run
+
+
 # A pod not heard since its workload's last message: fresh then (its workload waits for it), or not.
 AWAITED: Final = 1
 UNAWAITED: Final = 2
@@ -284,6 +307,7 @@ class Rings:
     def _evict(self, pid: int, cutoff: float) -> bool:
         """Drop the pod's buckets whose newest sample is at or before ``cutoff``; False: none left."""
         slots = self.slots
+        eid = self._engine[pid]
         if not self._long or self._len[pid] == slots:  # (most pods: no tuple built)
             where = None
             slot_ts, base = self._ts, pid * slots
@@ -294,12 +318,21 @@ class Rings:
         oldest = self._oldest[pid]
         current = self._open[pid]
         while oldest < current:
-            slot = base + oldest % slots
+            position = oldest % slots
+            slot = base + position
             held = slot_ts[slot]
             if held != EMPTY and int(held * inv) == oldest:
                 if held > cutoff:
                     break
-                self._evict_slot(pid, oldest % slots, where)
+                if where is None and eid == NO_ENGINE:  # _evict_slot's common case, spelled out
+                    totals, off = self._totals, pid * TOTALS_RECORD.size
+                    record = RECORD.unpack_from(self._ring, slot * RECORD.size)
+                    TOTALS_RECORD.pack_into(
+                        totals, off, *map(sub, TOTALS_RECORD.unpack_from(totals, off), record)
+                    )
+                    slot_ts[slot] = EMPTY
+                else:
+                    self._evict_slot(pid, position, where)
             oldest += 1
         self._oldest[pid] = oldest
         if oldest < current:
@@ -314,41 +347,79 @@ class Rings:
 
     def _recent(self, pid: int, cutoff: float) -> MetricValues:
         """The pod's means over its buckets whose newest sample is after ``cutoff`` (the last
-        seconds, for the workloads whose policy asked)."""
+        seconds, for the workloads whose policy asked). Spelled out: this runs for every pod of
+        such a workload in every message."""
         current = self._open[pid]
         if current < 0:
             return NO_METRICS
-        slot_ts, ring, engines, base, ebase, slots = self._rings(pid)
-        inv = self._inv_bucket
-        sums = [0.0] * TOTALS
         eid = self._engine[pid]
-        esums = [0.0] * ENGINE_TOTALS
-        bucket = current
+        slots = self.slots
+        if self._len[pid] == slots:  # (most pods: no tuple built)
+            slot_ts, ring, engines, base, ebase = (
+                self._ts,
+                self._ring,
+                self._engine_ring,
+                pid * slots,
+                eid * slots,
+            )
+        else:
+            slot_ts, ring, engines, base, ebase, slots = self._rings(pid)
+        inv, unset = self._inv_bucket, UNSET
+        size = RECORD.size
+        # Which buckets: from the open one down to ``lowest``, ``k`` of them.
+        bucket, lowest, k = current, current + 1, 0
         while bucket > current - slots:
-            slot = base + bucket % slots
-            held = slot_ts[slot]
+            held = slot_ts[base + bucket % slots]
             if held != EMPTY and int(held * inv) == bucket:
                 if held <= cutoff:
                     break
-                for i, v in enumerate(RECORD.unpack_from(ring, slot * RECORD.size)):
-                    sums[i] += v
-                if eid != NO_ENGINE:
-                    record = ENGINE_RECORD.unpack_from(engines, (ebase + bucket % slots) * ENGINE_RECORD.size)
-                    for i, v in enumerate(record):
-                        esums[i] += v
+                lowest = bucket
+                k += 1
             bucket -= 1
-        means: dict[str, float] = {}
-        for i, name in enumerate(WINDOW_METRICS):
-            count = sums[N_METRICS + i]
-            if count > 0.5:
-                value = max(0.0, sums[i] / count)
-                means[name] = min(value, 100.0) if i <= MEM_RATIO else value
-        for i, name in enumerate(ENGINE_METRICS):
-            count = esums[N_ENGINE + i]
-            if count > 0.5:
-                value = max(0.0, esums[i] / count)
-                means[name] = min(value, 100.0) if name == "kv_cache_usage" else value
-        return MetricValues.of(means) if means else NO_METRICS
+        # Summed newest first, the newest record as it is: the sums of adding them to zeros, for
+        # every value the means below can tell apart.
+        sums: Any = _NO_TOTALS
+        esums: Any = _NO_ENGINE_TOTALS
+        start = lowest % slots
+        if k and k == current - lowest + 1 and start + k <= slots and eid == NO_ENGINE:
+            # The usual case: one run of buckets in one read.
+            values = _run_of(k).unpack_from(ring, (base + start) * size)
+            sums = values[(k - 1) * TOTALS :]
+            for j in range(k - 2, -1, -1):
+                sums = map(add, sums, values[j * TOTALS : (j + 1) * TOTALS])
+            sums = tuple(sums)
+        elif k:
+            unpack, first = RECORD.unpack_from, True
+            for bucket in range(current, lowest - 1, -1):
+                position = bucket % slots
+                held = slot_ts[base + position]
+                if held != EMPTY and int(held * inv) == bucket:
+                    record = unpack(ring, (base + position) * size)
+                    sums, first = (record if first else tuple(map(add, sums, record))), False
+                    if eid != NO_ENGINE:
+                        record = ENGINE_RECORD.unpack_from(engines, (ebase + position) * ENGINE_RECORD.size)
+                        esums = tuple(map(add, esums, record))
+        s0, s1, s2, s3, s4, s5, c0, c1, c2, c3, c4, c5 = sums
+        # max(0.0, mean), and min(that, 100.0) for a %, without the builtins' calls.
+        window_means = (
+            (100.0 if (v := s0 / c0) > 100.0 else v if v > 0.0 else 0.0) if c0 > 0.5 else unset,
+            (100.0 if (v := s1 / c1) > 100.0 else v if v > 0.0 else 0.0) if c1 > 0.5 else unset,
+            (100.0 if (v := s2 / c2) > 100.0 else v if v > 0.0 else 0.0) if c2 > 0.5 else unset,
+            (100.0 if (v := s3 / c3) > 100.0 else v if v > 0.0 else 0.0) if c3 > 0.5 else unset,
+            (v if (v := s4 / c4) > 0.0 else 0.0) if c4 > 0.5 else unset,
+            (v if (v := s5 / c5) > 0.0 else 0.0) if c5 > 0.5 else unset,
+        )
+        if eid == NO_ENGINE:
+            return MetricValues(*window_means)
+        e0, e1, e2, e3, e4, k0, k1, k2, k3, k4 = esums
+        return MetricValues(
+            *window_means,
+            (v if (v := e0 / k0) > 0.0 else 0.0) if k0 > 0.5 else unset,
+            (v if (v := e1 / k1) > 0.0 else 0.0) if k1 > 0.5 else unset,
+            (100.0 if (v := e2 / k2) > 100.0 else v if v > 0.0 else 0.0) if k2 > 0.5 else unset,
+            (v if (v := e3 / k3) > 0.0 else 0.0) if k3 > 0.5 else unset,
+            (v if (v := e4 / k4) > 0.0 else 0.0) if k4 > 0.5 else unset,
+        )
 
     def _engine_means(self, pid: int, eid: int) -> tuple[Any, ...]:
         """An engine pod's window means (totals plus the open record), UNSET where it sent none."""

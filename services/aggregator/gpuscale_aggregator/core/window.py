@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from operator import add
+from operator import add, sub
 from typing import Any
 
 from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
@@ -113,69 +113,127 @@ class WindowStore(PodWindows):
         window = self.config.window_s if wanted is None else wanted.window_s
         cutoff = now - window
         since = self._capacity_change(members, cutoff) if len(members) > 1 else None
-        if since is None:
-            gone = [pod for pod, pid in members.items() if not self._evict(pid, cutoff)]
-        else:
-            # Samples from before capacity grew say nothing of the per-pod load after; stale pods keep theirs.
-            after = max(cutoff, since - self._half_bucket)
-            last_seen = self._last_seen
-            gone = [
-                pod
-                for pod, pid in members.items()
-                if not self._evict(pid, after if last_seen[pid] > after else cutoff)
-            ]
-        for pod in gone:
-            self._release_pod(members.pop(pod))
-        if not members:
-            self.workloads.pop(workload, None)
-            self.ticks.pop(workload, None)
-            self.complete.pop(workload, None)
-            return None
+        # Samples from before capacity grew say nothing of the per-pod load after; stale pods keep theirs.
+        after = None if since is None else max(cutoff, since - self._half_bucket)
         if not build:
+            self._expire(workload, members, cutoff, after)
             return None
         recent_s = None
         if wanted is not None:
             recent_s = wanted.recent_s
             if wanted.covers_from > cutoff and (since is None or wanted.covers_from > since):
                 since = wanted.covers_from  # a longer window than was kept: say what it covers
-        return self._message(workload, members, now, since, window, recent_s, wall_offset_s)
+        return self._message(workload, members, now, cutoff, after, since, window, recent_s, wall_offset_s)
+
+    def _expire(
+        self, workload: WorkloadTuple, members: dict[str, int], cutoff: float, after: float | None
+    ) -> None:
+        """Evict the pods' buckets before ``cutoff`` (``after``, for the pods heard since capacity
+        grew); the pods left with none go, and the workload with its last."""
+        last_seen, oldest_of, opened, lengths = self._last_seen, self._oldest, self._open, self._len
+        slot_ts, slots, inv, evict = self._ts, self.slots, self._inv_bucket, self._evict
+        gone = []
+        for pod, pid in members.items():
+            pod_cutoff = cutoff if after is None or last_seen[pid] <= after else after
+            oldest = oldest_of[pid]
+            if oldest < opened[pid] and lengths[pid] == slots:
+                held = slot_ts[pid * slots + oldest % slots]
+                if held > pod_cutoff and held != EMPTY and int(held * inv) == oldest:
+                    continue  # its oldest bucket is in the window: nothing to evict (a cycle's usual case)
+            if not evict(pid, pod_cutoff):
+                gone.append(pod)
+        if gone:
+            self._release(workload, members, gone)
+
+    def _release(self, workload: WorkloadTuple, members: dict[str, int], gone: list[str]) -> None:
+        """Pods with nothing left in the window go (their numbers back in the order they joined)."""
+        if len(gone) > 1:
+            leaving = set(gone)
+            gone = [pod for pod in members if pod in leaving]
+        for pod in gone:
+            self._release_pod(members.pop(pod))
+        if not members:
+            self.workloads.pop(workload, None)
+            self.ticks.pop(workload, None)
+            self.complete.pop(workload, None)
 
     def _message(
         self,
         workload: WorkloadTuple,
         members: dict[str, int],
         now: float,
-        since: float | None = None,
-        window_s: float | None = None,
-        recent_s: float | None = None,
-        wall_offset_s: float = 0.0,
-    ) -> WorkloadMetrics:
-        """Per pod the window means (pinned to the contract's ranges), per workload the mean over
-        fresh pods. Spelled out per metric: this runs for every pod every cycle."""
+        cutoff: float,
+        after: float | None,
+        since: float | None,
+        window_s: float,
+        recent_s: float | None,
+        wall_offset_s: float,
+    ) -> WorkloadMetrics | None:
+        """Expiry as :meth:`_expire` and, in the same pass over the pods, the window means per pod
+        (pinned to the contract's ranges) and per workload the mean over fresh pods; None: no pod
+        left. Spelled out per metric: this runs for every pod every message."""
         stale_after, slots, unset = self.config.stale_intervals, self.slots, UNSET
         totals, shared_ring, lengths, own_rings = self._totals, self._ring, self._len, self._long
         opened, last_seen, intervals = self._open, self._last_seen, self._interval
-        engine_ids, unheard = self._engine, self._unheard
+        engine_ids, unheard, evict = self._engine, self._unheard, self._evict
         size, unpack_from = RECORD.size, RECORD.unpack_from
         unpack_totals, per_pod = TOTALS_RECORD.unpack_from, TOTALS_RECORD.size  # one tuple, no slice
+        pack_totals, shared_ts, oldest_of, inv = (
+            TOTALS_RECORD.pack_into,
+            self._ts,
+            self._oldest,
+            self._inv_bucket,
+        )
         pods_out: list[PodMetrics] = []
+        gone: list[str] = []
         fresh = stale = 0
         a0 = a1 = a2 = a3 = a4 = a5 = 0.0  # sums of fresh pods' means, and how many
         n0 = n1 = n2 = n3 = n4 = n5 = 0
-        engine_sums = [0.0] * N_ENGINE  # the same for the engine metrics
+        engine_sums: list[float] | None = None  # the same for the engine metrics, once a pod has them
         engine_counts = [0] * N_ENGINE
         no_engine = (unset,) * N_ENGINE
         for pod in sorted(members):
             pid = members[pod]
+            seen = last_seen[pid]
+            pod_cutoff = cutoff if after is None or seen <= after else after
             t = pid * per_pod
-            if own_rings and lengths[pid] != slots:
-                n = lengths[pid]
-                ring, base = own_rings[pid][1], 0
-            else:
+            eid = engine_ids[pid]
+            current = opened[pid]
+            oldest = oldest_of[pid]
+            if oldest < current and eid == NO_ENGINE and not (own_rings and lengths[pid] != slots):
+                # Rings._evict's common case spelled out: the totals are read once, for the means too.
                 n, ring, base = slots, shared_ring, pid * slots
+                pod_totals = unpack_totals(totals, t)
+                evicted = False
+                while oldest < current:
+                    slot = base + oldest % n
+                    held = shared_ts[slot]
+                    if held != EMPTY and int(held * inv) == oldest:
+                        if held > pod_cutoff:
+                            break
+                        pod_totals = tuple(map(sub, pod_totals, unpack_from(ring, slot * size)))
+                        shared_ts[slot] = EMPTY
+                        evicted = True
+                    oldest += 1
+                oldest_of[pid] = oldest
+                if evicted:
+                    pack_totals(totals, t, *pod_totals)
+                if oldest >= current and not evict(pid, pod_cutoff):  # the open bucket alone is left
+                    gone.append(pod)
+                    continue
+            else:
+                if not evict(pid, pod_cutoff):
+                    gone.append(pod)
+                    continue
+                if own_rings and lengths[pid] != slots:
+                    n = lengths[pid]
+                    ring, base = own_rings[pid][1], 0
+                else:
+                    n, ring, base = slots, shared_ring, pid * slots
+                pod_totals = unpack_totals(totals, t)
             # The closed buckets' totals plus the open bucket's record.
             s0, s1, s2, s3, s4, s5, c0, c1, c2, c3, c4, c5 = map(
-                add, unpack_totals(totals, t), unpack_from(ring, (base + opened[pid] % n) * size)
+                add, pod_totals, unpack_from(ring, (base + opened[pid] % n) * size)
             )
             v0: Any = (0.0 if s0 <= 0.0 else 100.0 if s0 >= 100.0 * c0 else s0 / c0) if c0 > 0.5 else unset
             v1: Any = (0.0 if s1 <= 0.0 else 100.0 if s1 >= 100.0 * c1 else s1 / c1) if c1 > 0.5 else unset
@@ -183,9 +241,7 @@ class WindowStore(PodWindows):
             v3: Any = (0.0 if s3 <= 0.0 else 100.0 if s3 >= 100.0 * c3 else s3 / c3) if c3 > 0.5 else unset
             v4: Any = (0.0 if s4 <= 0.0 else s4 / c4) if c4 > 0.5 else unset
             v5: Any = (0.0 if s5 <= 0.0 else s5 / c5) if c5 > 0.5 else unset
-            eid = engine_ids[pid]
             engine_means = no_engine if eid == NO_ENGINE else self._engine_means(pid, eid)
-            seen = last_seen[pid]
             values = MetricValues(v0, v1, v2, v3, v4, v5, *engine_means)
             if recent_s is None:
                 pods_out.append(PodMetrics(pod, values, seen + wall_offset_s))
@@ -218,10 +274,16 @@ class WindowStore(PodWindows):
                 a5 += v5
                 n5 += 1
             if eid != NO_ENGINE:
+                if engine_sums is None:
+                    engine_sums = [0.0] * N_ENGINE
                 for i, v in enumerate(engine_means):
                     if v is not unset:
                         engine_sums[i] += v
                         engine_counts[i] += 1
+        if gone:
+            self._release(workload, members, gone)
+            if not members:
+                return None
         tick = self.ticks.pop(workload)  # to the back: the front is the next deadline
         tick.at, tick.awaiting = now, fresh
         self.ticks[workload] = tick
@@ -234,8 +296,12 @@ class WindowStore(PodWindows):
             a4 / n4 if n4 else unset,
             a5 / n5 if n5 else unset,
             *(
-                (min(total / n, 100.0) if i == KV else total / n) if n else unset
-                for i, (total, n) in enumerate(zip(engine_sums, engine_counts, strict=True))
+                no_engine
+                if engine_sums is None
+                else (
+                    (min(total / n, 100.0) if i == KV else total / n) if n else unset
+                    for i, (total, n) in enumerate(zip(engine_sums, engine_counts, strict=True))
+                )
             ),
         )
         return WorkloadMetrics(
@@ -243,7 +309,7 @@ class WindowStore(PodWindows):
             kind=workload[1],
             name=workload[2],
             ts=now + wall_offset_s,
-            window_s=self.config.window_s if window_s is None else window_s,
+            window_s=window_s,
             pods=tuple(pods_out),
             averages=averages,
             pods_fresh=fresh,
