@@ -25,9 +25,10 @@ import time
 from typing import Any
 
 import msgpack
+from wire_builders import batch_wire, gpu_wire, owner_wire
 
 from gpuscale.codec import Reader, encode_raw
-from gpuscale.wire import WIRE_VERSION, SampleBatch
+from gpuscale.wire import SampleBatch
 from gpuscale_aggregator.core.ingest import Aggregator
 from gpuscale_aggregator.core.window import WindowConfig, WindowStore
 
@@ -38,46 +39,12 @@ SECONDS = 30
 
 
 def _gpu(node: str, index: int, util: float) -> dict[str, Any]:
-    pod = f"{node}-pod-{index % 2}"
-    return {
-        "uuid": f"GPU-{node}-{index}",
-        "index": index,
-        "model": "NVIDIA H100 80GB HBM3",
-        "util": util,
-        "mem_util": 10.0,
-        "fb_used_mib": 4000.0,
-        "fb_free_mib": 12000.0,
-        "temp_c": 50.0,
-        "power_w": 200.0,
-        "sm_active": None,
-        "mig": None,
-        "health": "ok",
-        "owners": [
-            {
-                "namespace": "default",
-                "pod": pod,
-                "container": "main",
-                "pod_uid": f"uid-{pod}",
-                "workload": {"kind": "Deployment", "name": f"w-{node}"},
-                "sm_util": None,
-                "fb_used_mib": None,
-            }
-        ],
-    }
+    return gpu_wire(node, index, util, [owner_wire(f"{node}-pod-{index % 2}", f"w-{node}")])
 
 
 def wires(util: float) -> list[bytes]:
     return [
-        encode_raw(
-            {
-                "v": WIRE_VERSION,
-                "node": f"node-{n}",
-                "ts": START + t,
-                "seq": t,
-                "interval_s": 1.0,
-                "gpus": [_gpu(f"node-{n}", i, util) for i in range(GPUS)],
-            }
-        )
+        encode_raw(batch_wire(f"node-{n}", t, START + t, [_gpu(f"node-{n}", i, util) for i in range(GPUS)]))
         for t in range(SECONDS)
         for n in range(NODES)
     ]
@@ -106,14 +73,7 @@ def batches(util: float) -> list[SampleBatch]:
     for t in range(SECONDS):
         for n in range(NODES):
             node = f"node-{n}"
-            wire = {
-                "v": WIRE_VERSION,
-                "node": node,
-                "ts": START + t,
-                "seq": t,
-                "interval_s": 1.0,
-                "gpus": [_gpu(node, i, util) for i in range(GPUS)],
-            }
+            wire = batch_wire(node, t, START + t, [_gpu(node, i, util) for i in range(GPUS)])
             out.append(reader.read(encode_raw(wire), START + t)[0])
     return out
 

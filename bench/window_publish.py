@@ -30,8 +30,10 @@ import random
 import time
 from typing import Any
 
+from wire_builders import batch_wire, gpu_wire, owner_wire
+
 from gpuscale.codec import Reader, encode, encode_raw
-from gpuscale.wire import WIRE_VERSION, SampleBatch
+from gpuscale.wire import SampleBatch
 from gpuscale_aggregator.core.window import WindowConfig, WindowStore
 
 START = 1_700_000_000.0
@@ -40,41 +42,8 @@ GPUS = 8
 FILL_S = 30
 
 
-def _owner(node: str, pod: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "namespace": "default",
-        "pod": pod,
-        "container": "main",
-        "pod_uid": f"uid-{pod}",
-        "workload": {"kind": "Deployment", "name": f"w-{node}"},
-        "sm_util": None,
-        "fb_used_mib": None,
-        **extra,
-    }
-
-
-def _gpu(node: str, index: int, util: float, owners: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {
-        "uuid": f"GPU-{node}-{index}",
-        "index": index,
-        "model": "NVIDIA H100 80GB HBM3",
-        "util": util,
-        "mem_util": 10.0,
-        "fb_used_mib": 4000.0,
-        "fb_free_mib": 12000.0,
-        "temp_c": 50.0,
-        "power_w": 200.0,
-        "sm_active": None,
-        "mig": None,
-        "health": "ok",
-        "owners": owners,
-        **extra,
-    }
-
-
 def _batch(reader: Reader[SampleBatch], node: str, t: int, ts: float, gpus: list[Any]) -> SampleBatch:
-    wire = {"v": WIRE_VERSION, "node": node, "ts": ts, "seq": t, "interval_s": 1.0, "gpus": gpus}
-    return reader.read(encode_raw(wire), ts)[0]
+    return reader.read(encode_raw(batch_wire(node, t, ts, gpus)), ts)[0]
 
 
 def bench_feed(seconds: int) -> list[list[SampleBatch]]:
@@ -85,7 +54,9 @@ def bench_feed(seconds: int) -> list[list[SampleBatch]]:
         second = []
         for n in range(NODES):
             node = f"node-{n}"
-            gpus = [_gpu(node, i, 50.0, [_owner(node, f"{node}-pod-{i % 2}")]) for i in range(GPUS)]
+            gpus = [
+                gpu_wire(node, i, 50.0, [owner_wire(f"{node}-pod-{i % 2}", f"w-{node}")]) for i in range(GPUS)
+            ]
             second.append(_batch(reader, node, t, START + t, gpus))
         out.append(second)
     return out
@@ -198,10 +169,12 @@ def check_feed(seconds: int, nodes: int) -> list[list[SampleBatch]]:
                     extra["ready"] = False
                 if n % 6 == 1:
                     extra["sm_util"] = rng.uniform(0, 100)
-                owners = [_owner(node, f"{node}-pod-{p}", **extra)]
+                owners = [owner_wire(f"{node}-pod-{p}", f"w-{node}", **extra)]
                 util = rng.choice([0.0, 100.0, rng.uniform(0, 100)])
                 sm_active = rng.choice([None, rng.uniform(0, 100)])
-                gpus.append(_gpu(node, i, util, owners, sm_active=sm_active, power_w=rng.uniform(50, 700)))
+                gpus.append(
+                    gpu_wire(node, i, util, owners, sm_active=sm_active, power_w=rng.uniform(50, 700))
+                )
             ts = START + t + (n % 10) * 0.07
             second.append(_batch(reader, node, t, ts, gpus))
         out.append(second)

@@ -27,8 +27,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from wire_builders import batch_wire, gpu_wire, owner_wire
+
 from gpuscale.codec import Reader, encode_raw
-from gpuscale.wire import WIRE_VERSION, SampleBatch
+from gpuscale.wire import SampleBatch
 
 START = 1_700_000_000.0
 NODES = 2500
@@ -66,36 +68,9 @@ def node_batch(n: int) -> SampleBatch:
     gpus: list[dict[str, Any]] = []
     for i in range(GPUS):
         pod_index = n * GPUS + i
-        pod = f"pod-{pod_index}"
-        gpus.append(
-            {
-                "uuid": f"GPU-{node}-{i}",
-                "index": i,
-                "model": "NVIDIA H100 80GB HBM3",
-                "util": float(pod_index % 100),
-                "mem_util": 10.0,
-                "fb_used_mib": 4000.0,
-                "fb_free_mib": 12000.0,
-                "temp_c": 50.0,
-                "power_w": 200.0,
-                "sm_active": None,
-                "mig": None,
-                "health": "ok",
-                "owners": [
-                    {
-                        "namespace": "default",
-                        "pod": pod,
-                        "container": "main",
-                        "pod_uid": f"uid-{pod}",
-                        "workload": {"kind": "Deployment", "name": f"w-{pod_index // PODS_PER_WORKLOAD}"},
-                        "sm_util": None,
-                        "fb_used_mib": None,
-                    }
-                ],
-            }
-        )
-    wire = {"v": WIRE_VERSION, "node": node, "ts": START, "seq": 0, "interval_s": 1.0, "gpus": gpus}
-    batch, _ = Reader(SampleBatch).read(encode_raw(wire), START)
+        owner = owner_wire(f"pod-{pod_index}", f"w-{pod_index // PODS_PER_WORKLOAD}")
+        gpus.append(gpu_wire(node, i, float(pod_index % 100), [owner]))
+    batch, _ = Reader(SampleBatch).read(encode_raw(batch_wire(node, 0, START, gpus)), START)
     return batch
 
 
