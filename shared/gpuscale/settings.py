@@ -311,6 +311,24 @@ def default_identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def http_port_option(default: int, serves: str = "/metrics") -> int:
+    """``--http-port``: every service's probes and metrics."""
+    return option(
+        default,
+        "--http-port",
+        env="GPUSCALE_HTTP_PORT",
+        parse=port,
+        help=f"HTTP port for {serves}, /healthz, /readyz",
+    )
+
+
+def kubeconfig_option() -> Path | None:
+    """``--kubeconfig``: the API server of a service outside its cluster."""
+    return option(
+        None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
+    )
+
+
 def lease_name_option(default: str) -> str:
     """``--lease-name``: each service elects its leader on its own Lease."""
     return option(

@@ -10,10 +10,10 @@ from gpuscale.settings import (
     LeaseSettings,
     boolean,
     existing_file,
+    http_port_option,
+    kubeconfig_option,
     lease_name_option,
     option,
-    path,
-    port,
     positive_int,
     seconds,
 )
@@ -21,16 +21,8 @@ from gpuscale.settings import (
 
 @dataclass(frozen=True)
 class ActuatorSettings(LeaseSettings, CommonSettings):
-    http_port: int = option(
-        9403,
-        "--http-port",
-        env="GPUSCALE_HTTP_PORT",
-        parse=port,
-        help="HTTP port for /metrics, /healthz, /readyz",
-    )
-    kubeconfig: Path | None = option(
-        None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
-    )
+    http_port: int = http_port_option(9403)
+    kubeconfig: Path | None = kubeconfig_option()
     dry_run: bool = option(
         False,
         "--dry-run",

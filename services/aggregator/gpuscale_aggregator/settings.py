@@ -8,9 +8,9 @@ from gpuscale.settings import (
     CommonSettings,
     choice,
     default_identity,
+    http_port_option,
     non_empty,
     option,
-    port,
     positive_float,
     seconds,
 )
@@ -33,13 +33,7 @@ def partition_spec(text: str) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class AggregatorSettings(CommonSettings):
-    http_port: int = option(
-        9401,
-        "--http-port",
-        env="GPUSCALE_HTTP_PORT",
-        parse=port,
-        help="HTTP port for /metrics, /healthz, /readyz",
-    )
+    http_port: int = http_port_option(9401)
     window_s: float = option(
         30.0,
         "--window",

@@ -13,10 +13,11 @@ from gpuscale.settings import (
     byte_size,
     choice,
     existing_file,
+    http_port_option,
+    kubeconfig_option,
     non_empty,
     option,
     path,
-    port,
     positive_int,
     seconds,
 )
@@ -32,13 +33,7 @@ def sim_source(text: str) -> str:
 
 @dataclass(frozen=True)
 class CollectorSettings(CommonSettings):
-    http_port: int = option(
-        9400,
-        "--http-port",
-        env="GPUSCALE_HTTP_PORT",
-        parse=port,
-        help="HTTP port for /metrics (dcgm-exporter's 9400), /healthz, /readyz",
-    )
+    http_port: int = http_port_option(9400, "/metrics (dcgm-exporter's 9400)")
     node_name: str = option(
         socket.gethostname(),
         "--node-name",
@@ -84,9 +79,7 @@ class CollectorSettings(CommonSettings):
         parse=path,
         help="proc filesystem of the host (hostPID)",
     )
-    kubeconfig: Path | None = option(
-        None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
-    )
+    kubeconfig: Path | None = kubeconfig_option()
     nats_token_file: Path | None = option(
         None,
         "--nats-token-file",

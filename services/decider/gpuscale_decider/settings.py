@@ -10,11 +10,11 @@ from gpuscale.settings import (
     LeaseSettings,
     boolean,
     existing_file,
+    http_port_option,
+    kubeconfig_option,
     lease_name_option,
     non_empty,
     option,
-    path,
-    port,
     seconds,
 )
 from gpuscale.subjects import DECIDER_STATE_BUCKET
@@ -22,16 +22,8 @@ from gpuscale.subjects import DECIDER_STATE_BUCKET
 
 @dataclass(frozen=True)
 class DeciderSettings(LeaseSettings, CommonSettings):
-    http_port: int = option(
-        9402,
-        "--http-port",
-        env="GPUSCALE_HTTP_PORT",
-        parse=port,
-        help="HTTP port for /metrics, /healthz, /readyz",
-    )
-    kubeconfig: Path | None = option(
-        None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
-    )
+    http_port: int = http_port_option(9402)
+    kubeconfig: Path | None = kubeconfig_option()
     policies: Path | None = option(
         None,
         "--policies",

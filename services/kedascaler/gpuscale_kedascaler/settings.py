@@ -9,6 +9,7 @@ from gpuscale.settings import (
     CommonSettings,
     boolean,
     existing_file,
+    http_port_option,
     option,
     port,
     positive_int,
@@ -23,13 +24,7 @@ def names(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class KedaScalerSettings(CommonSettings):
-    http_port: int = option(
-        9404,
-        "--http-port",
-        env="GPUSCALE_HTTP_PORT",
-        parse=port,
-        help="HTTP port for /metrics, /healthz, /readyz",
-    )
+    http_port: int = http_port_option(9404)
     grpc_port: int = option(
         9500,
         "--grpc-port",

@@ -8,10 +8,10 @@ from pathlib import Path
 from gpuscale.settings import (
     CommonSettings,
     existing_file,
+    http_port_option,
+    kubeconfig_option,
     non_empty,
     option,
-    path,
-    port,
     positive_float,
     positive_int,
     seconds,
@@ -20,13 +20,7 @@ from gpuscale.settings import (
 
 @dataclass(frozen=True)
 class NatsAuthSettings(CommonSettings):
-    http_port: int = option(
-        9404,
-        "--http-port",
-        env="GPUSCALE_HTTP_PORT",
-        parse=port,
-        help="HTTP port for /metrics, /healthz, /readyz",
-    )
+    http_port: int = http_port_option(9404)
     issuer_seed_file: Path | None = option(
         None,
         "--issuer-seed-file",
@@ -109,6 +103,4 @@ class NatsAuthSettings(CommonSettings):
         parse=seconds,
         help="a token the review refused is refused again without a review for this long",
     )
-    kubeconfig: Path | None = option(
-        None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
-    )
+    kubeconfig: Path | None = kubeconfig_option()
