@@ -281,8 +281,15 @@ class SampleBatch(_Message, frozen=True, gc=False, tag_field="v", tag=WIRE_VERSI
     KIND: ClassVar[str] = "samples"
 
     def check(self, now: float) -> None:
-        """What the types cannot say: ``ts`` against the receiver's clock."""
+        """What the types cannot say: ``ts`` against the receiver's clock, one engine entry a pod."""
         _not_ahead(self.ts, now, "$.ts")
+        if self.engines and len({e.pod_uid for e in self.engines}) < len(self.engines):
+            seen: set[str] = set()
+            for i, e in enumerate(self.engines):
+                if e.pod_uid in seen:
+                    path = f"$.engines[{i}].pod_uid"
+                    raise WireError("invalid", f"{path}={e.pod_uid!r} has an entry already", path)
+                seen.add(e.pod_uid)
 
 
 def unusable_gpus(batch: SampleBatch) -> list[tuple[int, WireError]]:

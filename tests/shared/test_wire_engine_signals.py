@@ -139,6 +139,13 @@ def test_a_reader_of_the_previous_release_names_only_the_per_pod_engines_unknown
     assert "engines" not in msgpack.unpackb(codec.encode(batch()))  # none: not written
 
 
+def test_a_pod_named_twice_in_engines_is_refused() -> None:
+    twice = (PodEngine("uid-1", EngineSignals("vllm")), PodEngine("uid-1", EngineSignals("sglang")))
+    with pytest.raises(WireError) as caught:
+        Reader(SampleBatch).decode(codec.encode(batch(engines=twice)), NOW)
+    assert (caught.value.code, caught.value.path) == ("invalid", "$.engines[1].pod_uid")
+
+
 def test_no_engine_is_not_written_and_absent_or_null_read_as_none() -> None:
     payload = msgpack.unpackb(codec.encode(batch()))
     assert "engine" not in payload["gpus"][0]["owners"][0]
