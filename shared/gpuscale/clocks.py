@@ -46,11 +46,12 @@ def _median(values: deque[float]) -> float:
 
 
 class _Sender:
-    __slots__ = ("arrived", "history", "offset", "suspects")
+    __slots__ = ("arrived", "delay", "history", "offset", "suspects")
 
     def __init__(self, first: float, arrival: float) -> None:
         self.history: deque[float] = deque([first], maxlen=HISTORY)
         self.offset = first
+        self.delay = 0.0  # the last message's (first sight: on time)
         self.arrived = arrival
         self.suspects: list[float] = []
 
@@ -72,6 +73,12 @@ class SenderClocks:
     def place(
         self, sender: Hashable, ts: float, arrival: float, interval_s: float | None = None
     ) -> Placement:
+        """:meth:`at`, with how late the message arrived and the sender's usual offset."""
+        at = self.at(sender, ts, arrival, interval_s)
+        s = self._senders[sender]
+        return Placement(at, s.delay, s.offset)
+
+    def at(self, sender: Hashable, ts: float, arrival: float, interval_s: float | None = None) -> float:
         """Where a message sent at ``ts`` (sender's clock) and received at
         ``arrival`` belongs on the receiver's clock. ``interval_s``: how often the
         sender speaks, when it has a cadence (a collector's sample interval)."""
@@ -82,12 +89,13 @@ class SenderClocks:
                 self._senders.pop(next(iter(self._senders)))
             # First sight: nothing to compare with, so it arrived on time.
             self._senders[sender] = _Sender(observed, arrival)
-            return Placement(arrival, 0.0, observed)
+            return arrival
         gap = arrival - s.arrived
         s.arrived = arrival
         delay = observed - s.offset
         if abs(delay) <= self.step_s:
-            s.suspects = []
+            if s.suspects:
+                s.suspects = []
             s.history.append(observed)
             s.offset = _median(s.history)
         else:
@@ -107,7 +115,8 @@ class SenderClocks:
             if len(recent) == needed and max(recent) - min(recent) <= tolerance:
                 s.rebase(recent)
                 delay = observed - s.offset
-        return Placement(min(arrival, ts + s.offset), delay, s.offset)
+        s.delay = delay
+        return min(arrival, ts + s.offset)
 
     def offset(self, sender: Hashable) -> float | None:
         s = self._senders.get(sender)

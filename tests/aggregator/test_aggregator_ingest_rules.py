@@ -81,6 +81,21 @@ def test_seq_reset_is_reported_and_its_values_are_used() -> None:
     assert m.averages["gpu_util"] == pytest.approx((10 + 30 + 30) / 3)
 
 
+def test_the_shells_path_says_what_it_did_as_a_status() -> None:
+    """``ingest_batch`` (the service's path: no result object per batch) answers a status."""
+    agg = Aggregator(WindowConfig(window_s=30.0))
+    read = agg.reader.read
+    first = read(encode_raw(one_pod_batch("a-1", 10, seq=900)), NOW)[0]
+    restarted = read(encode_raw(one_pod_batch("a-1", 30, seq=0, ts=NOW + 5)), NOW + 5)[0]
+    assert agg.ingest_batch(first, NOW, subject_node="node-b") == "node_mismatch"
+    assert agg.ingest_batch(first, NOW) == "accepted"
+    assert agg.ingest_batch(first, NOW + 0.1) == "duplicate"
+    assert agg.ingest_batch(restarted, NOW + 5) == "seq_reset"
+    assert agg.ingest_batch(first, NOW + 90) == "too_old"
+    (m,) = agg.snapshot(NOW + 5)
+    assert m.averages["gpu_util"] == pytest.approx(20.0)
+
+
 REJECTS = {
     "not a map": ([1, 2, 3], "not_a_map"),
     "another version": ({**one_pod_batch("a-1", 1), "v": 2}, "wrong_version"),

@@ -81,3 +81,14 @@ def test_senders_are_bounded() -> None:
 )
 def test_due_after_the_period_or_at_once_on_a_clock_set_back(elapsed: float, is_due: bool) -> None:
     assert due(1_000.0, 1_000.0 + elapsed, 15.0) is is_due
+
+
+def test_at_is_where_place_puts_a_message() -> None:
+    """``at`` (the aggregator's path: no object per message) and ``place`` judge alike."""
+    by_place, by_at = SenderClocks(), SenderClocks()
+    for i, (skew, transit) in enumerate(
+        [(0.0, 0.01), (5.0, 0.02), (5.0, 9.0), (35.0, 0.0), (35.0, 0.01)] * 4
+    ):
+        ts, arrival = T0 + i + skew, T0 + i + transit
+        assert by_place.place("node", ts, arrival, interval_s=1.0).at == by_at.at("node", ts, arrival, 1.0)
+        assert by_place.offset("node") == by_at.offset("node")

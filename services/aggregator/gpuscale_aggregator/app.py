@@ -29,7 +29,7 @@ from gpuscale.subjects import SubjectError
 from gpuscale.wire import SampleBatch, WindowRequest, WireError
 
 from .core import scaleout
-from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, REJECTED, Aggregator
+from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, SEQ_RESET, Aggregator, mismatch_detail
 from .core.window import WindowConfig, WorkloadTuple
 from .metrics import KIND, OBSERVE_EVERY, AggregatorMetrics
 from .publishing import MetricsPublisher
@@ -150,30 +150,27 @@ class AggregatorService:
             return
         if self.partitioned:
             source = (batch.node, workload_token)
-        result = self.core.ingest_batch(
-            batch, now, subject_node=subject_node, source=source, rejected_gpus=tuple(rejected_gpus)
-        )
-        status = result.status
-        if status == ACCEPTED:
-            self.m.samples_in.inc(result.samples)
-            if result.rejected_gpus:
-                self._count_rejected_gpus(result.node, result.rejected_gpus)
-            if result.seq_reset:
+        status = self.core.ingest_batch(batch, now, subject_node=subject_node, source=source)
+        if status in (ACCEPTED, SEQ_RESET):
+            self.m.samples_in.inc(len(batch.gpus))
+            if rejected_gpus:
+                self._count_rejected_gpus(batch.node, rejected_gpus)
+            if status == SEQ_RESET:
                 self.m.seq_resets.inc()
-                self.log.info("collector_seq_reset", node=result.node)
+                self.log.info("collector_seq_reset", node=batch.node)
             if observe:
                 done = time.perf_counter()
                 self.m.process_seconds.observe(done - started)
                 self.m.batch_age.observe(max(0.0, self.clock() + self._wall_offset_s - batch.ts))
-        elif status in (REJECTED, NODE_MISMATCH):
-            self._reject(result.reason, result.detail, result.node or subject_node or "")
+        elif status == NODE_MISMATCH:
+            self._reject(status, mismatch_detail(batch.node, subject_node), subject_node or "")
         elif overlap and status == DUPLICATE:
             self.m.ignored.labels(reason="replay_overlap").inc()
         else:
             self.m.ignored.labels(reason=status).inc()
             held = self.throttle.allow("ignored", status)
             if held is not None:
-                self.log.info("batch_ignored", node=result.node, reason=status, suppressed=held)
+                self.log.info("batch_ignored", node=batch.node, reason=status, suppressed=held)
 
     def _count_rejected_gpus(self, node: str, rejected: Sequence[tuple[int, WireError]]) -> None:
         for _, err in rejected:

