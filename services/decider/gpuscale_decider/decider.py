@@ -17,6 +17,7 @@ from gpuscale.subjects import WorkloadKey
 from gpuscale.wire import Decision
 from gpuscale_decider.advice import Advisor, Publish, nowhere, wire_decision
 from gpuscale_decider.core.conditions import Reason
+from gpuscale_decider.core.demand import metrics_read
 from gpuscale_decider.core.events import decision_event
 from gpuscale_decider.core.reconcile import (
     Config,
@@ -116,7 +117,7 @@ class Decider:
             return
         try:
             # The newest arrival wins: ordering and freshness on this process's clock.
-            w.observation = observation_of(m, now)
+            w.observation = observation_of(m, now, *metrics_read(w.scaler.spec.metrics))
         except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own: reported on it
             self._failed(w, STAGE_MESSAGE, e, now)
             return

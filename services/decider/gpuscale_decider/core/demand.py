@@ -44,9 +44,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from gpuscale.catalog import ARRIVAL, CATALOG, COMPLETION, DemandKind
+from gpuscale.policy import MetricTarget
 from gpuscale_decider.core.observation import Observation
 
 # Each metric's row of the table, from the catalog (a metric's demand kind is part of its entry).
@@ -97,6 +99,16 @@ class Demand:
         if DEMAND.get(name) is DemandKind.QUEUE and self.rate is not None:
             return f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {self.rate.how}"
         return f"{flows}, {fmt(self.served)}/s served per pod"
+
+
+@lru_cache(maxsize=1024)
+def metrics_read(policy: tuple[MetricTarget, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What an evaluation of ``policy`` reads: its metrics and the flows their estimates
+    rest on, and of the recent means the queue and what it finishes (an observation keeps no more)."""
+    names = [m.name for m in policy]
+    if not any(name in DEMAND for name in names):
+        return tuple(names), ()
+    return tuple(dict.fromkeys([*names, ARRIVAL, COMPLETION, WAITING, BUSY])), (WAITING, COMPLETION)
 
 
 def service_rate(observation: Observation, remembered: float | None) -> ServiceRate | None:

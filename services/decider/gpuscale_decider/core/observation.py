@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from gpuscale.wire import UNSET, WorkloadMetrics
+from gpuscale.wire import UNSET, MetricValues, WorkloadMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +40,11 @@ class Observation:
     recent_s: float | None = None
 
 
-def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
-    """The fresh pods' values by metric. A producer that marks each pod
+def observation_of(
+    message: WorkloadMetrics, received_at: float, reads: Collection[str], recent_reads: Collection[str]
+) -> Observation:
+    """The fresh pods' values by metric, of the metrics the step ``reads`` (and of
+    ``recent_reads`` among the recent means). A producer that marks each pod
     ``fresh`` is followed; for one that does not, the ``pods_fresh`` most
     recently seen pods are the fresh ones (the aggregator calls a pod stale
     when its newest sample is too old, so freshness follows ``last_seen``)."""
@@ -54,11 +57,9 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
     values: dict[str, dict[str, float]] = {}
     recent: dict[str, dict[str, float]] = {}
     for pod in fresh:
-        for metric, value in pod.values.items():
-            values.setdefault(metric, {})[pod.pod] = value
+        _read(pod.pod, pod.values, reads, values)
         if pod.recent is not UNSET:
-            for metric, value in pod.recent.items():
-                recent.setdefault(metric, {})[pod.pod] = value
+            _read(pod.pod, pod.recent, recent_reads, recent)
     return Observation(
         received_at,
         message.ts,
@@ -71,6 +72,13 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
         recent,
         None if message.recent_s is UNSET else message.recent_s,
     )
+
+
+def _read(pod: str, sent: MetricValues, metrics: Collection[str], into: dict[str, dict[str, float]]) -> None:
+    for metric in metrics:
+        value = getattr(sent, metric)  # a catalog name: a field of MetricValues
+        if value is not UNSET:
+            into.setdefault(metric, {})[pod] = value
 
 
 def _span(message: WorkloadMetrics) -> float | None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuscale.policy import NotReadyPods, milli_value
+from gpuscale_decider.core.demand import Demand
 
 
 class Phase(StrEnum):
@@ -150,7 +151,7 @@ class MetricProposal:
     error: str = ""
     basis: Basis = Basis.WINDOW  # what ``usage`` is
     unit: str = ""  # of an estimate
-    demand: str = ""  # what an estimate rests on (core.demand)
+    demand: Demand | None = None  # what an estimate rests on: told when the reason is read
 
     @property
     def explanation(self) -> str:
@@ -162,8 +163,9 @@ class MetricProposal:
         relation = "over" if ratio > 1.0 else "under" if ratio < 1.0 else "at"
         total = g.ready + g.missing + g.unready
         used = fmt_usage(self.name, self.usage, self.basis, self.unit)
-        if self.demand:
-            used += f" ({self.demand})"
+        said = "" if self.demand is None else self.demand.said(self.name)
+        if said:
+            used += f" ({said})"
         head = (
             f"{used} {relation} target {fmt_target(self.target)} "
             f"(ratio {fmt_ratio(ratio)}) on {g.ready} of {count_pods(total)}"
@@ -214,12 +216,16 @@ def metric_proposal(
     current: int,
     tolerances: Tolerances,
     not_ready: NotReadyPods,
+    basis: Basis = Basis.WINDOW,
+    unit: str = "",
+    demand: Demand | None = None,
 ) -> MetricProposal:
     """``calcPlainMetricReplicas`` for one metric. ``values`` holds the fresh
-    pods' values of this metric (pod name -> value)."""
+    pods' values of this metric (pod name -> value): ``basis`` says what they are."""
+    told = {"basis": basis, "unit": unit, "demand": demand}
     if not pods:
         return MetricProposal(
-            name, target, Rule.NO_VALUE, current, error="no pods match the target's selector"
+            name, target, Rule.NO_VALUE, current, error="no pods match the target's selector", **told
         )
     groups, counted = group_pods(pods, values, not_ready)
     if not counted:
@@ -228,7 +234,7 @@ def metric_proposal(
             why += f" ({count_pods(groups.unready)} Pending)"
         elif groups.not_ready_with_value and not_ready is NotReadyPods.MISSING:
             why += f" ({count_pods(groups.not_ready_with_value)} not Ready yet)"
-        return MetricProposal(name, target, Rule.NO_VALUE, current, groups=groups, error=why)
+        return MetricProposal(name, target, Rule.NO_VALUE, current, groups=groups, error=why, **told)
 
     target_milli = milli(target)
     total = sum(map(milli, counted.values()))
@@ -238,9 +244,13 @@ def metric_proposal(
 
     if not scale_up_with_unready and groups.missing == 0:
         if tolerances.within(ratio):
-            return MetricProposal(name, target, Rule.WITHIN, current, current, usage, ratio, groups=groups)
+            return MetricProposal(
+                name, target, Rule.WITHIN, current, current, usage, ratio, groups=groups, **told
+            )
         replicas = math.ceil(ratio * groups.ready)
-        return MetricProposal(name, target, Rule.RATIO, current, replicas, usage, ratio, groups=groups)
+        return MetricProposal(
+            name, target, Rule.RATIO, current, replicas, usage, ratio, groups=groups, **told
+        )
 
     count = len(counted)
     filled_as = ""
@@ -270,6 +280,7 @@ def metric_proposal(
             count,
             filled_as,
             scale_up_with_unready,
+            **told,
         )
 
     if tolerances.within(new_ratio):
@@ -292,6 +303,7 @@ def metric_proposal(
         count,
         filled_as,
         scale_up_with_unready,
+        **told,
     )
 
 
