@@ -153,18 +153,19 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
     completion = observation.values.get(COMPLETION, {})
     waiting_now = observation.recent.get(WAITING) or observation.values.get(WAITING, {})
     room = max(0.0, CEILINGS[name] - target) if name in CEILINGS else 0.0
+    queue = kind is DemandKind.QUEUE
+    per_pod = rate.per_pod if rate is not None else math.nan  # read by a queue only, which has one
     out: dict[str, float] = {}
     estimated = 0
-    sums = [0.0, 0.0, 0.0]
+    arriving = waiting = served = 0.0
     for pod, value in values.items():
         lam, c = arrival.get(pod), completion.get(pod)
         if lam is None or c is None:
             out[pod] = value
             continue
         w = waiting_now.get(pod, 0.0)
-        if kind is DemandKind.QUEUE:
-            assert rate is not None
-            estimate = target * (lam + max(0.0, w - target) / window) / rate.per_pod
+        if queue:
+            estimate = target * (lam + max(0.0, w - target) / window) / per_pod
         elif c * span >= MIN_FINISHED:
             cost = value / c  # the metric per request/s served
             estimate = cost * lam + max(0.0, cost * w / window - room)
@@ -176,13 +177,13 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
             continue
         out[pod] = estimate
         estimated += 1
-        sums[0] += lam
-        sums[1] += w
-        sums[2] += c
+        arriving += lam
+        waiting += w
+        served += c
     if not estimated:
         return Demand(values, 0)
     n = float(estimated)
-    return Demand(out, estimated, sums[0] / n, sums[1] / n, sums[2] / n, rate)
+    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate)
 
 
 def _span(observation: Observation) -> float:
