@@ -55,6 +55,7 @@ from gpuscale_decider.core.observation import Observation
 DEMAND: Final[Mapping[str, DemandKind]] = {
     m.name: m.demand for m in CATALOG if m.demand is not DemandKind.LEVEL
 }
+QUEUES: Final = frozenset(name for name, kind in DEMAND.items() if kind is DemandKind.QUEUE)
 # Metrics that cannot read above this: a target below it keeps headroom that serves a backlog.
 CEILINGS: Final[Mapping[str, float]] = {m.name: m.ceiling for m in CATALOG if m.ceiling is not None}
 # The unit an estimate is told in (an estimate is no reading of the metric: GPU-% may pass 100).

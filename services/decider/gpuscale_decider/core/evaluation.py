@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuscale.catalog import DemandKind
 from gpuscale.policy import GPUScalerSpec
 from gpuscale_decider.core.behavior import clamp_rate_and_bounds, cooldown, normalize
 from gpuscale_decider.core.conditions import (
@@ -24,7 +23,7 @@ from gpuscale_decider.core.conditions import (
     active,
     limited,
 )
-from gpuscale_decider.core.demand import DEMAND, UNITS, ServiceRate, demand, service_rate
+from gpuscale_decider.core.demand import QUEUES, UNITS, ServiceRate, demand, service_rate
 from gpuscale_decider.core.observation import Observation, Target, same_window
 from gpuscale_decider.core.replicas import (
     Basis,
@@ -274,11 +273,13 @@ def _proposals(
     tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
     rate: ServiceRate | None = None
     measured: Capacity | None = None
-    if any(DEMAND.get(m.name) is DemandKind.QUEUE for m in spec.metrics):
-        kept = state.queue_capacity
-        rate = service_rate(observation, None if kept is None else kept.per_pod)
-        if rate is not None and rate.measured:
-            measured = Capacity(now, rate.per_pod)
+    for m in spec.metrics:
+        if m.name in QUEUES:  # a queue's estimate divides by μ: measured, remembered or bounded
+            kept = state.queue_capacity
+            rate = service_rate(observation, None if kept is None else kept.per_pod)
+            if rate is not None and rate.measured:
+                measured = Capacity(now, rate.per_pod)
+            break
     proposals = []
     for m in spec.metrics:
         d = demand(m.name, m.target, observation, rate)

@@ -90,11 +90,12 @@ def group_pods(
     """The groups, and the values that count (ready pods only)."""
     counted: dict[str, float] = {}
     unready = missing = ignored = not_ready_with_value = 0
+    failed, pending = Phase.FAILED, Phase.PENDING  # an enum member's lookup costs more than the test
     for pod in pods:
-        if pod.deleting or pod.phase == Phase.FAILED:
+        if pod.deleting or pod.phase == failed:
             ignored += 1
             continue
-        if pod.phase == Phase.PENDING:
+        if pod.phase == pending:
             unready += 1
             continue
         value = values.get(pod.name)
