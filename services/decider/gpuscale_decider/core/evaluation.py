@@ -23,10 +23,9 @@ from gpuscale_decider.core.conditions import (
     active,
     limited,
 )
-from gpuscale_decider.core.demand import QUEUES, UNITS, ServiceRate, demand, service_rate
+from gpuscale_decider.core.demand import QUEUES, ServiceRate, demand, service_rate
 from gpuscale_decider.core.observation import Observation, Target, same_window
 from gpuscale_decider.core.replicas import (
-    Basis,
     MetricProposal,
     PodView,
     Tolerances,
@@ -283,17 +282,12 @@ def _proposals(
     proposals = []
     for m in spec.metrics:
         d = demand(m.name, m.target, observation, rate)
-        if not d.estimated:
-            proposal = metric_proposal(
-                m.name, m.target, d.values, pods, current, tolerances, spec.not_ready_pods
+        estimated = d if d.estimated else None
+        proposals.append(
+            metric_proposal(
+                m.name, m.target, d.values, pods, current, tolerances, spec.not_ready_pods, estimated
             )
-        else:
-            basis = Basis.ESTIMATE if d.estimated == len(d.values) else Basis.MIXED
-            unit = UNITS.get(m.name, "")
-            proposal = metric_proposal(
-                m.name, m.target, d.values, pods, current, tolerances, spec.not_ready_pods, basis, unit, d
-            )
-        proposals.append(proposal)
+        )
     return tuple(proposals), measured
 
 

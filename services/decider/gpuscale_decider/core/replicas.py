@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuscale.policy import NotReadyPods, milli_value
-from gpuscale_decider.core.demand import Demand
+from gpuscale_decider.core.demand import UNITS, Demand
 
 
 class Phase(StrEnum):
@@ -150,9 +150,20 @@ class MetricProposal:
     filled_missing_as: str = ""  # "at target" | "as 0" | "" (not filled)
     unready_as_zero: bool = False
     error: str = ""
-    basis: Basis = Basis.WINDOW  # what ``usage`` is
-    unit: str = ""  # of an estimate
-    demand: Demand | None = None  # what an estimate rests on: told when the reason is read
+    demand: Demand | None = None  # the estimates ``usage`` averages, where some were made
+
+    @property
+    def basis(self) -> Basis:
+        """What ``usage`` is."""
+        d = self.demand
+        if d is None:
+            return Basis.WINDOW
+        return Basis.ESTIMATE if d.estimated == len(d.values) else Basis.MIXED
+
+    @property
+    def unit(self) -> str:
+        """The unit of an estimate ("" for a window mean)."""
+        return "" if self.demand is None else UNITS.get(self.name, "")
 
     @property
     def explanation(self) -> str:
@@ -217,16 +228,13 @@ def metric_proposal(
     current: int,
     tolerances: Tolerances,
     not_ready: NotReadyPods,
-    basis: Basis = Basis.WINDOW,
-    unit: str = "",
     demand: Demand | None = None,
 ) -> MetricProposal:
     """``calcPlainMetricReplicas`` for one metric. ``values`` holds the fresh
-    pods' values of this metric (pod name -> value): ``basis`` says what they are."""
-    told = {"basis": basis, "unit": unit, "demand": demand}
+    pods' values of this metric (pod name -> value), or its ``demand`` estimates."""
     if not pods:
         return MetricProposal(
-            name, target, Rule.NO_VALUE, current, error="no pods match the target's selector", **told
+            name, target, Rule.NO_VALUE, current, error="no pods match the target's selector", demand=demand
         )
     groups, counted = group_pods(pods, values, not_ready)
     if not counted:
@@ -235,7 +243,7 @@ def metric_proposal(
             why += f" ({count_pods(groups.unready)} Pending)"
         elif groups.not_ready_with_value and not_ready is NotReadyPods.MISSING:
             why += f" ({count_pods(groups.not_ready_with_value)} not Ready yet)"
-        return MetricProposal(name, target, Rule.NO_VALUE, current, groups=groups, error=why, **told)
+        return MetricProposal(name, target, Rule.NO_VALUE, current, groups=groups, error=why, demand=demand)
 
     target_milli = milli(target)
     total = sum(map(milli, counted.values()))
@@ -246,11 +254,11 @@ def metric_proposal(
     if not scale_up_with_unready and groups.missing == 0:
         if tolerances.within(ratio):
             return MetricProposal(
-                name, target, Rule.WITHIN, current, current, usage, ratio, groups=groups, **told
+                name, target, Rule.WITHIN, current, current, usage, ratio, groups=groups, demand=demand
             )
         replicas = math.ceil(ratio * groups.ready)
         return MetricProposal(
-            name, target, Rule.RATIO, current, replicas, usage, ratio, groups=groups, **told
+            name, target, Rule.RATIO, current, replicas, usage, ratio, groups=groups, demand=demand
         )
 
     count = len(counted)
@@ -281,7 +289,7 @@ def metric_proposal(
             count,
             filled_as,
             scale_up_with_unready,
-            **told,
+            demand=demand,
         )
 
     if tolerances.within(new_ratio):
@@ -304,7 +312,7 @@ def metric_proposal(
         count,
         filled_as,
         scale_up_with_unready,
-        **told,
+        demand=demand,
     )
 
 
