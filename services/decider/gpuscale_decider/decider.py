@@ -108,10 +108,11 @@ class Decider:
     async def handle_metrics(self, subject: str, data: bytes) -> None:
         started = time.perf_counter()
         now = self.clock()
-        m = self.intake.metrics_message(subject, data, now)
-        if m is None:
+        received = self.intake.metrics_message(subject, data, now)
+        if received is None:
             return
-        w = self.workloads.get(WorkloadKey(m.namespace, m.kind, m.name))
+        key, m = received
+        w = self.workloads.get(key)
         if w is None:
             self.m.unmatched.inc()
             return
