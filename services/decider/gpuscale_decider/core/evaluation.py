@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from gpuscale.policy import GPUScalerSpec
@@ -307,7 +308,11 @@ def _active_condition(valid: Sequence[MetricProposal], proposals: Sequence[Metri
     if not valid:
         failed = "; ".join(p.explanation for p in proposals) or "no fresh GPU metrics"
         return active(False, Reason.FAILED_GET_GPU_METRICS, failed)
-    names = ", ".join(p.name for p in valid)
+    return _calculated_from(", ".join(p.name for p in valid))
+
+
+@lru_cache(maxsize=1024)
+def _calculated_from(names: str) -> Condition:
     return active(True, Reason.VALID_METRIC_FOUND, f"the replica count is calculated from {names}")
 
 

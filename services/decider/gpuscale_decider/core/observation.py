@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from gpuscale.wire import UNSET, MetricValues, WorkloadMetrics
+from gpuscale.wire import UNSET, WorkloadMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +57,15 @@ def observation_of(
     values: dict[str, dict[str, float]] = {}
     recent: dict[str, dict[str, float]] = {}
     for pod in fresh:
-        _read(pod.pod, pod.values, reads, values)
+        for metric in reads:
+            value = getattr(pod.values, metric)  # a catalog name: a field of MetricValues
+            if value is not UNSET:
+                values.setdefault(metric, {})[pod.pod] = value
         if pod.recent is not UNSET:
-            _read(pod.pod, pod.recent, recent_reads, recent)
+            for metric in recent_reads:
+                value = getattr(pod.recent, metric)
+                if value is not UNSET:
+                    recent.setdefault(metric, {})[pod.pod] = value
     return Observation(
         received_at,
         message.ts,
@@ -72,13 +78,6 @@ def observation_of(
         recent,
         None if message.recent_s is UNSET else message.recent_s,
     )
-
-
-def _read(pod: str, sent: MetricValues, metrics: Collection[str], into: dict[str, dict[str, float]]) -> None:
-    for metric in metrics:
-        value = getattr(sent, metric)  # a catalog name: a field of MetricValues
-        if value is not UNSET:
-            into.setdefault(metric, {})[pod] = value
 
 
 def _span(message: WorkloadMetrics) -> float | None:
