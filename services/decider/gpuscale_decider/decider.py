@@ -17,6 +17,7 @@ from gpuscale.subjects import WorkloadKey
 from gpuscale.wire import Decision
 from gpuscale_decider.advice import Advisor, Publish, nowhere, wire_decision
 from gpuscale_decider.core.conditions import Reason
+from gpuscale_decider.core.demand import metrics_read
 from gpuscale_decider.core.events import decision_event
 from gpuscale_decider.core.reconcile import (
     Config,
@@ -107,19 +108,16 @@ class Decider:
     async def handle_metrics(self, subject: str, data: bytes) -> None:
         started = time.perf_counter()
         now = self.clock()
-        m = self.intake.metrics_message(subject, data, now)
-        if m is None:
+        received = self.intake.metrics_message(subject, data, now)
+        if received is None:
             return
-        w = self.workloads.get(WorkloadKey(m.namespace, m.kind, m.name))
+        key, m = received
+        w = self.workloads.get(key)
         if w is None:
             self.m.unmatched.inc()
             return
-        try:
-            # The newest arrival wins: ordering and freshness on this process's clock.
-            w.observation = observation_of(m, now)
-        except Exception as e:  # noqa: BLE001 - this GPUScaler's failure is its own: reported on it
-            self._failed(w, STAGE_MESSAGE, e, now)
-            return
+        # The newest arrival wins: ordering and freshness on this process's clock.
+        w.metrics, w.received_at = m, now
         if not same_window(m.window_s, w.scaler.spec.window_s) and self.is_leader():
             await self.windows.mismatch(w, now)
         await self.evaluate(w, now)
@@ -182,7 +180,9 @@ class Decider:
             # Judged against the object's status as seen: a new leader repeats no write or Event.
             w.memory = Memory(seed_last_scale(loaded, w.last_scale_time), Written(status=w.status_seen))
         target, pods = await self._read(w, now)
-        step = reconcile(w.memory, w.scaler, target, pods, w.observation, now, self.config)
+        seen, reads = w.metrics, metrics_read(w.scaler.spec.metrics)  # the policy may have changed since
+        observation = None if seen is None else observation_of(seen, w.received_at, *reads)
+        step = reconcile(w.memory, w.scaler, target, pods, observation, now, self.config)
         w.memory, w.dirty, w.last_evaluated = step.memory, True, now
         for note, desired in step.notes:
             self.log.info(
@@ -258,13 +258,13 @@ class Decider:
     def _report_failure(self, w: Workload, error: str, now: float) -> None:
         scaler = w.scaler
         previous = w.memory.written.status if w.memory is not None else w.status_seen
-        seen = w.observation
-        fresh = seen is not None and 0.0 <= now - seen.received_at <= scaler.spec.window_s
+        seen = w.metrics
+        fresh = seen is not None and 0.0 <= now - w.received_at <= scaler.spec.window_s
         message = (
             f"evaluating this GPUScaler failed ({error}): nothing is changed on the target until an "
             "evaluation succeeds"
         )
-        averages = seen.averages if fresh and seen is not None else None
+        averages = seen.averages.to_dict() if fresh and seen is not None else None
         reason = Reason.FAILED_EVALUATION
         status = blocked_status(
             scaler.spec, scaler.generation, reason, message, None, averages, previous, now

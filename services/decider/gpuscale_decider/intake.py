@@ -39,7 +39,9 @@ class Intake:
             label="aggregator",
         )
 
-    def metrics_message(self, subject: str, data: bytes, now: float) -> WorkloadMetrics | None:
+    def metrics_message(
+        self, subject: str, data: bytes, now: float
+    ) -> tuple[WorkloadKey, WorkloadMetrics] | None:
         """A sound metrics message on its own workload's subject, or None (counted, logged)."""
         self._metrics_in.inc()
         try:
@@ -51,7 +53,7 @@ class Intake:
             self._reject("metrics", subject, e)
             return None
         self.clocks.place(m.source or UNNAMED_AGGREGATOR, m.ts, now)
-        return m
+        return key, m
 
     def action_message(self, subject: str, data: bytes, now: float) -> tuple[WorkloadKey, Action] | None:
         try:

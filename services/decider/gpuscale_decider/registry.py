@@ -13,9 +13,10 @@ from gpuscale.logging import OncePerKey, get_logger
 from gpuscale.policy import GPUScaler, PolicyError
 from gpuscale.policyfile import InvalidPolicy
 from gpuscale.subjects import WorkloadKey
+from gpuscale.wire import WorkloadMetrics
 from gpuscale_decider.core.conditions import Reason
 from gpuscale_decider.core.events import EventSpec, condition_events
-from gpuscale_decider.core.reconcile import Evaluation, Memory, Observation
+from gpuscale_decider.core.reconcile import Evaluation, Memory
 from gpuscale_decider.core.status import blocked_status, invalid_status, parse_rfc3339, status_differs
 from gpuscale_decider.metrics import DeciderMetrics
 
@@ -53,7 +54,8 @@ class Workload:
     ref: ScaleTargetRef
     status_seen: Mapping[str, Any] | None = None  # the object's status when it was listed
     memory: Memory | None = None  # None: not loaded from the state store yet
-    observation: Observation | None = None
+    metrics: WorkloadMetrics | None = None  # the newest metrics message, read as the policy reads it
+    received_at: float = 0.0  # when it arrived, on this process's clock
     conflict: str | None = None  # who else scales this target
     last_evaluation: Evaluation | None = None
     last_evaluated: float = 0.0

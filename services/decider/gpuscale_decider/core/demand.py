@@ -44,15 +44,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from gpuscale.catalog import ARRIVAL, CATALOG, COMPLETION, DemandKind
+from gpuscale.policy import MetricTarget
 from gpuscale_decider.core.observation import Observation
 
 # Each metric's row of the table, from the catalog (a metric's demand kind is part of its entry).
 DEMAND: Final[Mapping[str, DemandKind]] = {
     m.name: m.demand for m in CATALOG if m.demand is not DemandKind.LEVEL
 }
+QUEUES: Final = frozenset(name for name, kind in DEMAND.items() if kind is DemandKind.QUEUE)
 # Metrics that cannot read above this: a target below it keeps headroom that serves a backlog.
 CEILINGS: Final[Mapping[str, float]] = {m.name: m.ceiling for m in CATALOG if m.ceiling is not None}
 # The unit an estimate is told in (an estimate is no reading of the metric: GPU-% may pass 100).
@@ -99,6 +102,16 @@ class Demand:
         return f"{flows}, {fmt(self.served)}/s served per pod"
 
 
+@lru_cache(maxsize=1024)
+def metrics_read(policy: tuple[MetricTarget, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What an evaluation of ``policy`` reads: its metrics and the flows their estimates
+    rest on, and of the recent means the queue and what it finishes (an observation keeps no more)."""
+    names = [m.name for m in policy]
+    if not any(name in DEMAND for name in names):
+        return tuple(names), ()
+    return tuple(dict.fromkeys([*names, ARRIVAL, COMPLETION, WAITING, BUSY])), (WAITING, COMPLETION)
+
+
 def service_rate(observation: Observation, remembered: float | None) -> ServiceRate | None:
     """μ per pod: measured where pods have a queue now, else the larger of
     ``remembered`` and the utilization law's bound; None where neither says."""
@@ -141,18 +154,19 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
     completion = observation.values.get(COMPLETION, {})
     waiting_now = observation.recent.get(WAITING) or observation.values.get(WAITING, {})
     room = max(0.0, CEILINGS[name] - target) if name in CEILINGS else 0.0
+    queue = kind is DemandKind.QUEUE
+    per_pod = rate.per_pod if rate is not None else math.nan  # read by a queue only, which has one
     out: dict[str, float] = {}
     estimated = 0
-    sums = [0.0, 0.0, 0.0]
+    arriving = waiting = served = 0.0
     for pod, value in values.items():
         lam, c = arrival.get(pod), completion.get(pod)
         if lam is None or c is None:
             out[pod] = value
             continue
         w = waiting_now.get(pod, 0.0)
-        if kind is DemandKind.QUEUE:
-            assert rate is not None
-            estimate = target * (lam + max(0.0, w - target) / window) / rate.per_pod
+        if queue:
+            estimate = target * (lam + max(0.0, w - target) / window) / per_pod
         elif c * span >= MIN_FINISHED:
             cost = value / c  # the metric per request/s served
             estimate = cost * lam + max(0.0, cost * w / window - room)
@@ -164,13 +178,13 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
             continue
         out[pod] = estimate
         estimated += 1
-        sums[0] += lam
-        sums[1] += w
-        sums[2] += c
+        arriving += lam
+        waiting += w
+        served += c
     if not estimated:
         return Demand(values, 0)
     n = float(estimated)
-    return Demand(out, estimated, sums[0] / n, sums[1] / n, sums[2] / n, rate)
+    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate)
 
 
 def _span(observation: Observation) -> float:

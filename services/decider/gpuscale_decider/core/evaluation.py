@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
 
-from gpuscale.catalog import DemandKind
 from gpuscale.policy import GPUScalerSpec
 from gpuscale_decider.core.behavior import clamp_rate_and_bounds, cooldown, normalize
 from gpuscale_decider.core.conditions import (
@@ -23,10 +24,9 @@ from gpuscale_decider.core.conditions import (
     active,
     limited,
 )
-from gpuscale_decider.core.demand import DEMAND, UNITS, ServiceRate, demand, service_rate
+from gpuscale_decider.core.demand import QUEUES, ServiceRate, demand, service_rate
 from gpuscale_decider.core.observation import Observation, Target, same_window
 from gpuscale_decider.core.replicas import (
-    Basis,
     MetricProposal,
     PodView,
     Tolerances,
@@ -75,8 +75,9 @@ def evaluate(
     fallback remember."""
     stale_why = _fresh(spec, observation, now, max_metrics_age_s)
     proposals: tuple[MetricProposal, ...] = ()
+    measured: Capacity | None = None  # a service rate measured now, to remember
     if not stale_why and observation is not None and pods is not None and target.selector:
-        proposals, state = _proposals(spec, current, pods, observation, state, now)
+        proposals, measured = _proposals(spec, current, pods, observation, state, now)
     valid = [p for p in proposals if p.replicas is not None]
     usage = {p.name: p.usage for p in valid if p.usage is not None} or None
 
@@ -97,7 +98,7 @@ def evaluate(
             proposals,
             ("the target has 0 replicas: autoscaling is off until it is scaled up by hand",),
             usage=usage,
-        ), state
+        ), _kept(state, measured)
     if spec.paused:
         wanted = [p.explanation for p in valid[:1]]
         return Evaluation(
@@ -112,7 +113,7 @@ def evaluate(
             ("; ".join([f"paused: keep {current}", *wanted]),),
             fresh=bool(valid),
             usage=usage,
-        ), state
+        ), _kept(state, measured)
     if current > spec.max_replicas or current < spec.min_replicas:
         above = current > spec.max_replicas
         bound = spec.max_replicas if above else spec.min_replicas
@@ -136,11 +137,11 @@ def evaluate(
             ),
             fresh=bool(valid),
             usage=usage,
-        ), state
+        ), _kept(state, measured)
 
     why_not = stale_why or _metrics_error(target, pods, proposals)
     if why_not:
-        return _blind(spec, current, why_not, proposals, state, now)
+        return _blind(spec, current, why_not, proposals, state, now), _kept(state, measured)
     best = max(valid, key=lambda p: p.replicas or 0)
     recommendation = best.replicas if best.replicas is not None else current
     if len(valid) < len(proposals) and recommendation < current:
@@ -155,11 +156,11 @@ def evaluate(
             proposals,
             (reason_text,),
             usage=usage,
-        ), replace(state, last_fresh_metrics=now)
+        ), _kept(state, measured, last_fresh_metrics=now)
 
     normalized = normalize(spec, current, recommendation, state, now)
     desired, able_to_scale, steps = normalized.desired, normalized.able_to_scale, normalized.steps
-    state = replace(state, last_fresh_metrics=now, recommendations=normalized.recommendations)
+    state = _kept(state, measured, last_fresh_metrics=now, recommendations=normalized.recommendations)
     return Evaluation(
         current,
         desired,
@@ -266,25 +267,29 @@ def _proposals(
     observation: Observation,
     state: ScalerState,
     now: float,
-) -> tuple[tuple[MetricProposal, ...], ScalerState]:
+) -> tuple[tuple[MetricProposal, ...], Capacity | None]:
     """HPA's calculation of each metric, once, on its demand estimates (:mod:`.demand`),
-    with the state remembering a service rate measured now."""
+    and the service rate measured now (None: none was)."""
     tolerances = Tolerances(down=spec.scale_down_tolerance, up=spec.scale_up_tolerance)
     rate: ServiceRate | None = None
-    if any(DEMAND.get(m.name) is DemandKind.QUEUE for m in spec.metrics):
-        kept = state.queue_capacity
-        rate = service_rate(observation, None if kept is None else kept.per_pod)
-        if rate is not None and rate.measured:
-            state = replace(state, queue_capacity=Capacity(now, rate.per_pod))
+    measured: Capacity | None = None
+    for m in spec.metrics:
+        if m.name in QUEUES:  # a queue's estimate divides by μ: measured, remembered or bounded
+            kept = state.queue_capacity
+            rate = service_rate(observation, None if kept is None else kept.per_pod)
+            if rate is not None and rate.measured:
+                measured = Capacity(now, rate.per_pod)
+            break
     proposals = []
     for m in spec.metrics:
         d = demand(m.name, m.target, observation, rate)
-        proposal = metric_proposal(m.name, m.target, d.values, pods, current, tolerances, spec.not_ready_pods)
-        if d.estimated:
-            basis = Basis.ESTIMATE if d.estimated == len(d.values) else Basis.MIXED
-            proposal = replace(proposal, basis=basis, unit=UNITS.get(m.name, ""), demand=d.said(m.name))
-        proposals.append(proposal)
-    return tuple(proposals), state
+        estimated = d if d.estimated else None
+        proposals.append(
+            metric_proposal(
+                m.name, m.target, d.values, pods, current, tolerances, spec.not_ready_pods, estimated
+            )
+        )
+    return tuple(proposals), measured
 
 
 def _metrics_error(
@@ -303,7 +308,11 @@ def _active_condition(valid: Sequence[MetricProposal], proposals: Sequence[Metri
     if not valid:
         failed = "; ".join(p.explanation for p in proposals) or "no fresh GPU metrics"
         return active(False, Reason.FAILED_GET_GPU_METRICS, failed)
-    names = ", ".join(p.name for p in valid)
+    return _calculated_from(", ".join(p.name for p in valid))
+
+
+@lru_cache(maxsize=1024)
+def _calculated_from(names: str) -> Condition:
     return active(True, Reason.VALID_METRIC_FOUND, f"the replica count is calculated from {names}")
 
 
@@ -314,7 +323,7 @@ def _blind(
     proposals: tuple[MetricProposal, ...],
     state: ScalerState,
     now: float,
-) -> tuple[Evaluation, ScalerState]:
+) -> Evaluation:
     """No usable metrics: never scale down; after ``fallback.afterSeconds``
     raise the count to the fallback replicas (a floor, through the rate
     limits and the cooldown)."""
@@ -333,11 +342,11 @@ def _blind(
             text += f" (fallback to {fb.replicas} after {fb.after_seconds:g} s, blind for {blind_for:.0f} s)"
         return Evaluation(
             current, current, _conditions(READY, scaling_active, NOT_LIMITED), proposals, (text,)
-        ), state
+        )
     if fb.replicas <= current:
         text = f"{why} for {blind_for:.0f} s: fallback {fb.replicas} is not above {current}, keep {current}"
         conditions = _conditions(READY, scaling_active, NOT_LIMITED)
-        return Evaluation(current, current, conditions, proposals, (text,), fallback=True), state
+        return Evaluation(current, current, conditions, proposals, (text,), fallback=True)
     wanted = min(fb.replicas, spec.max_replicas)
     desired, scaling_limited, phrase = clamp_rate_and_bounds(spec, current, wanted, state, now)
     desired, held, cool_phrase = cooldown(spec, current, desired, state, now)
@@ -352,4 +361,11 @@ def _blind(
         stabilized=wanted,
         fallback=True,
         limits=(phrase,) if phrase else (),
-    ), state
+    )
+
+
+def _kept(state: ScalerState, measured: Capacity | None, **changes: Any) -> ScalerState:
+    """``state`` with ``changes`` and the service rate measured now: one copy at most."""
+    if measured is not None:
+        changes["queue_capacity"] = measured
+    return replace(state, **changes) if changes else state

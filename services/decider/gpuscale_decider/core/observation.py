@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from gpuscale.wire import UNSET, WorkloadMetrics
@@ -40,8 +40,11 @@ class Observation:
     recent_s: float | None = None
 
 
-def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
-    """The fresh pods' values by metric. A producer that marks each pod
+def observation_of(
+    message: WorkloadMetrics, received_at: float, reads: Collection[str], recent_reads: Collection[str]
+) -> Observation:
+    """The fresh pods' values by metric, of the metrics the step ``reads`` (and of
+    ``recent_reads`` among the recent means). A producer that marks each pod
     ``fresh`` is followed; for one that does not, the ``pods_fresh`` most
     recently seen pods are the fresh ones (the aggregator calls a pod stale
     when its newest sample is too old, so freshness follows ``last_seen``)."""
@@ -54,11 +57,15 @@ def observation_of(message: WorkloadMetrics, received_at: float) -> Observation:
     values: dict[str, dict[str, float]] = {}
     recent: dict[str, dict[str, float]] = {}
     for pod in fresh:
-        for metric, value in pod.values.items():
-            values.setdefault(metric, {})[pod.pod] = value
+        for metric in reads:
+            value = getattr(pod.values, metric)  # a catalog name: a field of MetricValues
+            if value is not UNSET:
+                values.setdefault(metric, {})[pod.pod] = value
         if pod.recent is not UNSET:
-            for metric, value in pod.recent.items():
-                recent.setdefault(metric, {})[pod.pod] = value
+            for metric in recent_reads:
+                value = getattr(pod.recent, metric)
+                if value is not UNSET:
+                    recent.setdefault(metric, {})[pod.pod] = value
     return Observation(
         received_at,
         message.ts,

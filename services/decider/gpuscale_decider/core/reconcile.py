@@ -161,7 +161,9 @@ def reconcile(
     elif not shadow and written is not None and written.to_replicas != target.replicas and state.last_failure:
         evaluation = not_applied(evaluation, state.last_failure)
     last_scale_time = state.last_scale_time
-    final = replace(evaluation, current=target.replicas)  # the status shows /scale's count, as HPA's
+    final = (  # the status shows /scale's count, as HPA's
+        evaluation if evaluation.current == target.replicas else replace(evaluation, current=target.replicas)
+    )
     signature = (
         final.current,
         final.desired,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpuscale.policy import NotReadyPods, milli_value
+from gpuscale_decider.core.demand import UNITS, Demand
 
 
 class Phase(StrEnum):
@@ -89,11 +90,12 @@ def group_pods(
     """The groups, and the values that count (ready pods only)."""
     counted: dict[str, float] = {}
     unready = missing = ignored = not_ready_with_value = 0
+    failed, pending = Phase.FAILED, Phase.PENDING  # an enum member's lookup costs more than the test
     for pod in pods:
-        if pod.deleting or pod.phase == Phase.FAILED:
+        if pod.deleting or pod.phase == failed:
             ignored += 1
             continue
-        if pod.phase == Phase.PENDING:
+        if pod.phase == pending:
             unready += 1
             continue
         value = values.get(pod.name)
@@ -148,9 +150,20 @@ class MetricProposal:
     filled_missing_as: str = ""  # "at target" | "as 0" | "" (not filled)
     unready_as_zero: bool = False
     error: str = ""
-    basis: Basis = Basis.WINDOW  # what ``usage`` is
-    unit: str = ""  # of an estimate
-    demand: str = ""  # what an estimate rests on (core.demand)
+    demand: Demand | None = None  # the estimates ``usage`` averages, where some were made
+
+    @property
+    def basis(self) -> Basis:
+        """What ``usage`` is."""
+        d = self.demand
+        if d is None:
+            return Basis.WINDOW
+        return Basis.ESTIMATE if d.estimated == len(d.values) else Basis.MIXED
+
+    @property
+    def unit(self) -> str:
+        """The unit of an estimate ("" for a window mean)."""
+        return "" if self.demand is None else UNITS.get(self.name, "")
 
     @property
     def explanation(self) -> str:
@@ -162,8 +175,9 @@ class MetricProposal:
         relation = "over" if ratio > 1.0 else "under" if ratio < 1.0 else "at"
         total = g.ready + g.missing + g.unready
         used = fmt_usage(self.name, self.usage, self.basis, self.unit)
-        if self.demand:
-            used += f" ({self.demand})"
+        said = "" if self.demand is None else self.demand.said(self.name)
+        if said:
+            used += f" ({said})"
         head = (
             f"{used} {relation} target {fmt_target(self.target)} "
             f"(ratio {fmt_ratio(ratio)}) on {g.ready} of {count_pods(total)}"
@@ -214,12 +228,13 @@ def metric_proposal(
     current: int,
     tolerances: Tolerances,
     not_ready: NotReadyPods,
+    demand: Demand | None = None,
 ) -> MetricProposal:
     """``calcPlainMetricReplicas`` for one metric. ``values`` holds the fresh
-    pods' values of this metric (pod name -> value)."""
+    pods' values of this metric (pod name -> value), or its ``demand`` estimates."""
     if not pods:
         return MetricProposal(
-            name, target, Rule.NO_VALUE, current, error="no pods match the target's selector"
+            name, target, Rule.NO_VALUE, current, error="no pods match the target's selector", demand=demand
         )
     groups, counted = group_pods(pods, values, not_ready)
     if not counted:
@@ -228,7 +243,7 @@ def metric_proposal(
             why += f" ({count_pods(groups.unready)} Pending)"
         elif groups.not_ready_with_value and not_ready is NotReadyPods.MISSING:
             why += f" ({count_pods(groups.not_ready_with_value)} not Ready yet)"
-        return MetricProposal(name, target, Rule.NO_VALUE, current, groups=groups, error=why)
+        return MetricProposal(name, target, Rule.NO_VALUE, current, groups=groups, error=why, demand=demand)
 
     target_milli = milli(target)
     total = sum(map(milli, counted.values()))
@@ -238,9 +253,13 @@ def metric_proposal(
 
     if not scale_up_with_unready and groups.missing == 0:
         if tolerances.within(ratio):
-            return MetricProposal(name, target, Rule.WITHIN, current, current, usage, ratio, groups=groups)
+            return MetricProposal(
+                name, target, Rule.WITHIN, current, current, usage, ratio, groups=groups, demand=demand
+            )
         replicas = math.ceil(ratio * groups.ready)
-        return MetricProposal(name, target, Rule.RATIO, current, replicas, usage, ratio, groups=groups)
+        return MetricProposal(
+            name, target, Rule.RATIO, current, replicas, usage, ratio, groups=groups, demand=demand
+        )
 
     count = len(counted)
     filled_as = ""
@@ -270,6 +289,7 @@ def metric_proposal(
             count,
             filled_as,
             scale_up_with_unready,
+            demand=demand,
         )
 
     if tolerances.within(new_ratio):
@@ -292,6 +312,7 @@ def metric_proposal(
         count,
         filled_as,
         scale_up_with_unready,
+        demand=demand,
     )
 
 
