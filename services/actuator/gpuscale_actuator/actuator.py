@@ -282,6 +282,8 @@ class Actuator:
         while not self.stop.is_set():
             if self._fatal is not None:
                 raise self._fatal
+            # A server that restarted forgot the watch's consumer: watch anew from a reconnect on.
+            reconnects = self.nc.stats["reconnects"]
             try:
                 watcher = await self.desired.watchall()
                 # nats-py's watcher is untyped: its two calls, typed here.
@@ -289,12 +291,16 @@ class Actuator:
                 stop_watch = cast(Callable[[], Awaitable[None]], watcher.stop)
             except Exception as e:  # noqa: BLE001 - NATS outage: wait, go on
                 self._watch_failed(e)
+                await sleep_unless_stopped(self.stop, WATCH_POLL_S)  # JetStream not back yet answers at once
                 continue
             self.log.info("desired_watch_started", bucket=self.desired._name)
             try:
                 while not self.stop.is_set():
                     if self._fatal is not None:
                         raise self._fatal
+                    if self.nc.stats["reconnects"] != reconnects:
+                        self.log.info("desired_watch_restarting", reason="reconnected")
+                        break
                     try:
                         entry = await updates(timeout=WATCH_POLL_S)
                     except TimeoutError:
