@@ -223,7 +223,7 @@ else:
 class PodEngine(_Wire, frozen=True, gc=False):
     """One pod's engine signals, once per batch however many of the node's GPUs it holds."""
 
-    pod_uid: PodUid
+    pod_uid: Annotated[str, Meta(min_length=1, max_length=128)]  # as its owners name it: known, never empty
     signals: EngineSignals
 
 

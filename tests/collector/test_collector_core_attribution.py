@@ -224,6 +224,11 @@ def test_engine_signals_travel_once_per_pod_however_many_gpus_it_holds() -> None
     assert batch.engines == (PodEngine("uid-llm-0", signals),)
     assert all(o.engine is UNSET for g in batch.gpus for o in g.owners)
     assert build_batch("n", 1.0, 8, 0.5, readings, Attribution()).engines is UNSET
+    # A pod whose uid is not known yet gets none: an empty uid would name every such pod.
+    unknown = GpuOwner("ns", "llm-0", "c", "", WorkloadRef("Deployment", "llm"))
+    assert (
+        build_batch("n", 1.0, 9, 0.5, [gpu(owners=(unknown,))], Attribution(engines=engines)).engines is UNSET
+    )
 
 
 def test_pids_to_resolve() -> None:

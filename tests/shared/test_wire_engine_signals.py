@@ -139,6 +139,14 @@ def test_a_reader_of_the_previous_release_names_only_the_per_pod_engines_unknown
     assert "engines" not in msgpack.unpackb(codec.encode(batch()))  # none: not written
 
 
+def test_an_engine_entry_without_its_pods_uid_is_refused() -> None:
+    payload = msgpack.unpackb(codec.encode(batch(engines=(PodEngine("uid-1", EngineSignals("vllm")),))))
+    payload["engines"][0]["pod_uid"] = ""
+    with pytest.raises(WireError) as caught:
+        Reader(SampleBatch).decode(msgpack.packb(payload), NOW)
+    assert caught.value.path == "$.engines[0].pod_uid"
+
+
 def test_a_pod_named_twice_in_engines_is_refused() -> None:
     twice = (PodEngine("uid-1", EngineSignals("vllm")), PodEngine("uid-1", EngineSignals("sglang")))
     with pytest.raises(WireError) as caught:

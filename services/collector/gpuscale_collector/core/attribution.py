@@ -159,13 +159,18 @@ def to_sample(reading: DeviceReading, attribution: Attribution) -> GpuSample:
 def pod_engines(
     gpus: Sequence[GpuSample], engines: Mapping[tuple[str, str], EngineSignals]
 ) -> tuple[PodEngine, ...] | UnsetType:
-    """The engine signals of the pods that hold the node's GPUs, once per pod (UNSET: none)."""
+    """The engine signals of the pods that hold the node's GPUs, once per pod (UNSET: none).
+    A pod whose uid is not known yet has none: an empty uid would name every such pod."""
     if not engines:
         return UNSET
     found: dict[str, PodEngine] = {}
     for g in gpus:
         for o in g.owners:
-            if o.pod_uid not in found and (signals := engines.get((o.namespace, o.pod))) is not None:
+            if (
+                o.pod_uid
+                and o.pod_uid not in found
+                and (signals := engines.get((o.namespace, o.pod))) is not None
+            ):
                 found[o.pod_uid] = PodEngine(o.pod_uid, signals)
     return tuple(found.values()) or UNSET
 
