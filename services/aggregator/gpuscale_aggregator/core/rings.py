@@ -304,37 +304,58 @@ class Rings:
         for i in range(ENGINE_TOTALS):
             self._engine_totals[t + i] += stored[i] - old[i]
 
+    def _evict_closed(
+        self, pid: int, cutoff: float, pod_totals: tuple[float, ...]
+    ) -> tuple[tuple[float, ...], bool]:
+        """:meth:`_evict`'s common case (the shared ring, no engine): the pod's closed buckets at
+        or before ``cutoff`` out of ``pod_totals`` and emptied. The totals left, and whether any
+        went (the caller writes them back: the publish pass reads them for the means too)."""
+        slots, slot_ts, ring, inv, size = self.slots, self._ts, self._ring, self._inv_bucket, RECORD.size
+        base, oldest, current = pid * slots, self._oldest[pid], self._open[pid]
+        evicted = False
+        while oldest < current:
+            slot = base + oldest % slots
+            held = slot_ts[slot]
+            if held != EMPTY and int(held * inv) == oldest:
+                if held > cutoff:
+                    break
+                pod_totals = tuple(map(sub, pod_totals, RECORD.unpack_from(ring, slot * size)))
+                slot_ts[slot] = EMPTY
+                evicted = True
+            oldest += 1
+        self._oldest[pid] = oldest
+        return pod_totals, evicted
+
     def _evict(self, pid: int, cutoff: float) -> bool:
         """Drop the pod's buckets whose newest sample is at or before ``cutoff``; False: none left."""
         slots = self.slots
-        eid = self._engine[pid]
         if not self._long or self._len[pid] == slots:  # (most pods: no tuple built)
             where = None
             slot_ts, base = self._ts, pid * slots
         else:
             where = self._rings(pid)
             slot_ts, base, slots = where[0], 0, where[5]
-        inv = self._inv_bucket
-        oldest = self._oldest[pid]
         current = self._open[pid]
-        while oldest < current:
-            position = oldest % slots
-            slot = base + position
-            held = slot_ts[slot]
-            if held != EMPTY and int(held * inv) == oldest:
-                if held > cutoff:
-                    break
-                if where is None and eid == NO_ENGINE:  # _evict_slot's common case, spelled out
-                    totals, off = self._totals, pid * TOTALS_RECORD.size
-                    record = RECORD.unpack_from(self._ring, slot * RECORD.size)
-                    TOTALS_RECORD.pack_into(
-                        totals, off, *map(sub, TOTALS_RECORD.unpack_from(totals, off), record)
-                    )
-                    slot_ts[slot] = EMPTY
-                else:
+        if where is None and self._engine[pid] == NO_ENGINE:
+            off = pid * TOTALS_RECORD.size
+            pod_totals, evicted = self._evict_closed(
+                pid, cutoff, TOTALS_RECORD.unpack_from(self._totals, off)
+            )
+            if evicted:
+                TOTALS_RECORD.pack_into(self._totals, off, *pod_totals)
+            oldest = self._oldest[pid]
+        else:
+            inv = self._inv_bucket
+            oldest = self._oldest[pid]
+            while oldest < current:
+                position = oldest % slots
+                held = slot_ts[base + position]
+                if held != EMPTY and int(held * inv) == oldest:
+                    if held > cutoff:
+                        break
                     self._evict_slot(pid, position, where)
-            oldest += 1
-        self._oldest[pid] = oldest
+                oldest += 1
+            self._oldest[pid] = oldest
         if oldest < current:
             return True
         # Only the open bucket may be left; it is not in the totals.

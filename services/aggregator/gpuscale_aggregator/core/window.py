@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from operator import add, sub
+from operator import add
 from typing import Any
 
 from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
@@ -178,12 +178,7 @@ class WindowStore(PodWindows):
         engine_ids, unheard, evict = self._engine, self._unheard, self._evict
         size, unpack_from = RECORD.size, RECORD.unpack_from
         unpack_totals, per_pod = TOTALS_RECORD.unpack_from, TOTALS_RECORD.size  # one tuple, no slice
-        pack_totals, shared_ts, oldest_of, inv = (
-            TOTALS_RECORD.pack_into,
-            self._ts,
-            self._oldest,
-            self._inv_bucket,
-        )
+        pack_totals, oldest_of, evict_closed = TOTALS_RECORD.pack_into, self._oldest, self._evict_closed
         pods_out: list[PodMetrics] = []
         gone: list[str] = []
         fresh = stale = 0
@@ -201,24 +196,12 @@ class WindowStore(PodWindows):
             current = opened[pid]
             oldest = oldest_of[pid]
             if oldest < current and eid == NO_ENGINE and not (own_rings and lengths[pid] != slots):
-                # Rings._evict's common case spelled out: the totals are read once, for the means too.
+                # Rings._evict's common case: the totals are read once, for the means too.
                 n, ring, base = slots, shared_ring, pid * slots
-                pod_totals = unpack_totals(totals, t)
-                evicted = False
-                while oldest < current:
-                    slot = base + oldest % n
-                    held = shared_ts[slot]
-                    if held != EMPTY and int(held * inv) == oldest:
-                        if held > pod_cutoff:
-                            break
-                        pod_totals = tuple(map(sub, pod_totals, unpack_from(ring, slot * size)))
-                        shared_ts[slot] = EMPTY
-                        evicted = True
-                    oldest += 1
-                oldest_of[pid] = oldest
+                pod_totals, evicted = evict_closed(pid, pod_cutoff, unpack_totals(totals, t))
                 if evicted:
                     pack_totals(totals, t, *pod_totals)
-                if oldest >= current and not evict(pid, pod_cutoff):  # the open bucket alone is left
+                if oldest_of[pid] >= current and not evict(pid, pod_cutoff):  # the open bucket alone is left
                     gone.append(pod)
                     continue
             else:
