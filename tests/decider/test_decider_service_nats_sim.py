@@ -202,10 +202,19 @@ async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies, tick_interval=3600)
     pods = await running_pods(kube_sim, "llm", 3)
 
-    async def evaluated(running: Any, waiting: float, arriving: float) -> bool:
-        """Evaluated once; until then the message goes out again (a busy machine may
-        start the decider's pod watch after the first one arrived)."""
-        if running.metric("gpuscale_decider_evaluations_total") >= 1:
+    key = subjects.WorkloadKey("default", "Deployment", "llm")
+
+    async def evaluated(running: Any, waiting: float, arriving: float, saying: str = "") -> bool:
+        """Evaluated once (with ``saying`` in its reason); until then the message goes out
+        again (a busy machine may start the decider's pod watch after the first one arrived,
+        and an evaluation without the pods measures nothing)."""
+        workload = running.decider.workloads.get(key)
+        last = None if workload is None else workload.last_evaluation
+        if (
+            running.metric("gpuscale_decider_evaluations_total") >= 1
+            and last is not None
+            and saying in last.reason
+        ):
             return True
         message = queue_message("llm", pods, waiting, arriving, arriving, time.time())
         await publish_metrics(nats_client, message)
@@ -214,12 +223,12 @@ async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
 
     async with running_decider(settings) as first:
         # At the target (4 waiting), 6 arrive and 6 finish per pod: no change, the capacity measured.
-        await eventually(lambda: evaluated(first, 4.0, 6.0), 30, "evaluation")
+        await eventually(
+            lambda: evaluated(first, 4.0, 6.0, "measured on a pod with a queue"), 30, "evaluation"
+        )
     async with running_decider(settings) as second, watch_decisions(nats_client) as watch:
         await eventually(lambda: evaluated(second, 0.0, 13.0 / 3), 30, "evaluation")
-        evaluation = second.decider.workloads[
-            subjects.WorkloadKey("default", "Deployment", "llm")
-        ].last_evaluation
+        evaluation = second.decider.workloads[key].last_evaluation
         assert evaluation is not None
         assert evaluation.desired == 3, evaluation.reason
         assert "a pod serves 6.0/s at its limit, as last measured" in evaluation.reason
