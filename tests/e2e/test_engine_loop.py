@@ -130,6 +130,9 @@ async def test_a_growing_queue_scales_the_workload_up(
 
         _put_load(sim_url, 250)  # 2.5 pods' worth on one: its queue grows
         await eventually_while_running(group, lambda: _replicas(sim_url) >= 2, 40, "a scale-up on the queue")
+        # The desired count reaches the actuator through its KV entry, the record on the decisions
+        # subject: the scale can be seen before the record has arrived here.
+        await eventually_while_running(group, lambda: "Decision" in captured, 20, "the scale-up's decision")
     finally:
         await drain(nc)
 
