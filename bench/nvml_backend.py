@@ -61,8 +61,13 @@ async def backend_phase(
     registry = mods["CollectorRegistry"]()
     metrics = mods["CollectorMetrics"](registry)
     backend = mods["NvmlBackend"](on_error=lambda call: metrics.nvml_errors.labels(call=call).inc())
-    last: dict[str, Any] = {"batch": None}
-    registry.register(mods["DcgmCollector"](lambda: last["batch"], socket.gethostname(), backend.mig_info))
+    last: dict[str, Any] = {"batch": None, "dcgm": {}}
+    # Registered as the collector's app registers it, so /metrics carries every dcgm-exporter counter.
+    registry.register(
+        mods["DcgmCollector"](
+            lambda: last["batch"], socket.gethostname(), backend.mig_info, lambda: last["dcgm"]
+        )
+    )
     reader = mods["codec"].Reader(mods["SampleBatch"])
     ticks: list[dict[str, Any]] = section.setdefault("ticks", [])
     t0 = time.perf_counter()
@@ -93,6 +98,7 @@ async def backend_phase(
                     NODE, time.time(), seq, args.interval, readings, mods["Attribution"]()
                 )
                 last["batch"] = batch
+                last["dcgm"] = {r.uuid: r.dcgm for r in readings if r.dcgm is not None}
                 metrics.ticks.inc()
                 metrics.gpus.set(len(batch.gpus))
                 metrics.tick_seconds.observe(read_ms / 1000)
