@@ -12,12 +12,18 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gpuscale.embedded_nats import EmbeddedNats, free_port
 
 BIN = Path(sys.executable).parent
 SCRIPT = str(Path(__file__).resolve().with_name("aggregator_bench.py"))  # runs the roles: --role NAME ...
+
+
+def gpuscale_command() -> list[str]:
+    """The ``gpuscale`` console entry, else its module (a lent machine runs the repo from PYTHONPATH)."""
+    entry = BIN / "gpuscale"
+    return [str(entry)] if entry.is_file() else [sys.executable, "-m", "gpuscale_cli.main"]
 
 
 def pin(pid: int, cores: set[int]) -> None:
@@ -64,6 +70,18 @@ def hist_quantile(before: str, after: str, name: str, q: float) -> float:
     return prev_le
 
 
+def wait_ready(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("aggregator not ready")
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -91,15 +109,28 @@ class Env:
             [sys.executable, SCRIPT, "--role", *args], cores or self.other_cores, stdout=subprocess.PIPE
         )
 
-    def start_nats(self) -> EmbeddedNats:
+    def start_nats(self, config: str = "", log_file: str | None = None) -> EmbeddedNats:
         # A consumer behind a burst must not be cut off as slow (default 64 MB pending per client).
-        server = EmbeddedNats(config_text="max_pending: 1GB\n")
+        server = EmbeddedNats(config_text="max_pending: 1GB\n" + config, log_file=log_file)
         server.start()
         if server._proc is not None:  # private, but ours to pin: keep it off the aggregator's core
             pin(server._proc.pid, self.other_cores)
         return server
 
     def start_aggregator(self, url: str, window: float | None = None) -> tuple[subprocess.Popen[bytes], int]:
+        proc, port = self.spawn_aggregator(url, window)
+        wait_ready(port)
+        return proc, port
+
+    def spawn_aggregator(
+        self,
+        url: str,
+        window: float | None = None,
+        args: tuple[str, ...] = (),
+        cores: set[int] | None = None,
+        log: IO[bytes] | None = None,
+    ) -> tuple[subprocess.Popen[bytes], int]:
+        """``gpuscale aggregator ARGS`` on ``cores`` (default: the aggregator's), not yet ready."""
         port = free_port()
         env = {
             **os.environ,
@@ -110,18 +141,15 @@ class Env:
             "GPUSCALE_SAMPLES_STORAGE": "memory",
             "GPUSCALE_LOG_LEVEL": "warning",
         }
+        out = log or subprocess.DEVNULL
         proc = self.spawn(
-            [str(BIN / "gpuscale"), "aggregator"], self.agg_core, env=env, stdout=subprocess.DEVNULL
+            [*gpuscale_command(), "aggregator", *args],
+            cores or self.agg_core,
+            env=env,
+            stdout=out,
+            stderr=log,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
-                    if resp.status == 200:
-                        return proc, port
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("aggregator not ready")
+        return proc, port
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is None:

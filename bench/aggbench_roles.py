@@ -15,12 +15,16 @@ from aggbench_batches import bare_decode, batch_template, node_name, stamp
 from gpuscale import subjects
 
 
-async def role_generator(url: str, nodes: int, duration: float, first_node: int) -> None:
+async def role_generator(
+    url: str, nodes: int, duration: float, first_node: int, end_node: int | None = None
+) -> None:
+    """Nodes ``first_node`` to ``end_node`` (default: all) of ``nodes``, one batch per node per second."""
     import nats
 
     nc = await nats.connect(url, pending_size=256 * 1024 * 1024)
     templates = [
-        (n, batch_template(n, nodes), subjects.samples(node_name(n))) for n in range(first_node, nodes)
+        (n, batch_template(n, nodes), subjects.samples(node_name(n)))
+        for n in range(first_node, end_node or nodes)
     ]
     rng = random.Random(7)
     # A random phase per node, in 10 ms slots slept between so nats-py sends each slot at once.
@@ -30,9 +34,11 @@ async def role_generator(url: str, nodes: int, duration: float, first_node: int)
     start = time.time() + 0.2
     published = 0
     second = 0
+    late = 0.0  # how far behind its schedule it ever was: a generator that is the limit says so
     while time.time() < start + duration:
         for i, slot in enumerate(slots):
             delay = start + second + i * 0.01 - time.time()
+            late = max(late, -delay)
             await asyncio.sleep(max(0.0, delay))
             for template, subject in slot:
                 await nc.publish(subject, stamp(template, time.time(), second))
@@ -40,7 +46,8 @@ async def role_generator(url: str, nodes: int, duration: float, first_node: int)
         second += 1
     await nc.flush()
     await nc.close()
-    print(f"published {published}", flush=True)
+    print(f"late_max_s {late:.3f}", flush=True)
+    print(f"published {published}", flush=True)  # last: keep_up_step reads the last word
 
 
 async def role_burst(url: str, count: int, nodes: int, ready_file: str) -> None:

@@ -66,7 +66,8 @@ def main() -> int:
     if args.role:
         role, *rest = args.role
         if role == "generator":
-            asyncio.run(role_generator(rest[0], int(rest[1]), float(rest[2]), int(rest[3])))
+            end = int(rest[4]) if len(rest) > 4 else None
+            asyncio.run(role_generator(rest[0], int(rest[1]), float(rest[2]), int(rest[3]), end))
         elif role == "burst":
             asyncio.run(role_burst(rest[0], int(rest[1]), int(rest[2]), rest[3]))
         elif role == "bare-idle":
