@@ -134,12 +134,6 @@ class GPUScalerSpec:
     def scale_down_tolerance(self) -> float:
         return self.tolerance if self.scale_down.tolerance is None else self.scale_down.tolerance
 
-    def target_of(self, metric: str) -> float | None:
-        for m in self.metrics:
-            if m.name == metric:
-                return m.target
-        return None
-
 
 @dataclass(frozen=True, slots=True)
 class GPUScaler:

@@ -45,7 +45,6 @@ class Attribution:
 class _Share:
     sm_util: float | None = None
     fb_used_mib: float | None = None
-    has_process: bool = False
 
 
 def _add(a: float | None, b: float | None) -> float | None:
@@ -70,7 +69,6 @@ def _process_shares(
             continue
         ref = ContainerRef(pod.namespace, pod.name, _container_name(pod, identity, holders))
         share = shares.setdefault(ref, _Share())
-        share.has_process = True
         share.sm_util = _add(share.sm_util, proc.sm_util)
         share.fb_used_mib = _add(share.fb_used_mib, proc.fb_used_mib)
     return shares, complete
