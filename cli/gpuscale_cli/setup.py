@@ -1,12 +1,6 @@
-"""``gpuscale setup``: create or update every JetStream stream and KV bucket.
+"""``gpuscale setup``: create or update every JetStream stream and KV bucket. Idempotent.
 
-The one identity that may: the services' own NATS users can only use
-streams and buckets (deploy/base/nats/auth.conf), so a leaked service
-credential cannot re-shape a stream (a republish into the decisions, a
-zero retention). In Kubernetes the gpuscale-setup Job runs this at every
-``kubectl apply``; it is idempotent. Each stream has its own byte budget, so
-a flood of samples discards old samples instead of starving the decisions.
-"""
+Only this identity may: a leaked service credential cannot re-shape a stream."""
 
 from __future__ import annotations
 

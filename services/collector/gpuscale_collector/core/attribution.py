@@ -1,11 +1,6 @@
 """Readings + who holds what → the wire samples of one tick.
 
-Two sources of ownership are merged:
-- pod-resources (device level): which containers were given the device;
-- processes (shared GPUs): NVML's host PIDs, mapped through their cgroup
-  to a pod UID and container id. Each owner then carries its own
-  ``sm_util`` and ``fb_used_mib``.
-"""
+Ownership from pod-resources (devices) merged with NVML processes (shared GPUs)."""
 
 from __future__ import annotations
 
