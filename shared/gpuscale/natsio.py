@@ -338,10 +338,8 @@ async def connect(
                 raise
             if stop is None:
                 await asyncio.sleep(delay)
-            else:
-                await sleep_unless_stopped(stop, delay)
-                if stop.is_set():
-                    raise
+            elif await sleep_unless_stopped(stop, delay):
+                raise
             nc = NATS()
     _waiting_for.pop(metrics.service, None)
     nc.options["allow_reconnect"] = True

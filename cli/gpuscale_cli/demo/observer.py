@@ -30,6 +30,7 @@ from gpuscale_cli.demo.report import (
     Limits,
     RunRecord,
     TimelinePoint,
+    timeline_json,
 )
 
 GROUP, VERSION, PLURAL = "gpuscale.io", "v1alpha1", "gpuscalers"
@@ -99,19 +100,7 @@ class WorkloadView:
             "limits": {"min": self.limits.min_replicas, "max": self.limits.max_replicas},
             "ready": self.ready,
             "conditions": self.conditions,
-            "timeline": [
-                {
-                    "t": p.t,
-                    "load": p.load,
-                    "replicas": p.replicas,
-                    "desired": p.desired,
-                    "gpu_util_avg": p.gpu_util_avg,
-                    "metric_avg": p.metric_avg,
-                    "requests_waiting_avg": p.requests_waiting_avg,
-                    "recent_avg": p.recent_avg,
-                }
-                for p in self.record.timeline
-            ],
+            "timeline": timeline_json(self.record),
             "decisions": [d.to_json() for d in self.record.decisions[-50:]],
             "actions": [
                 {
