@@ -69,12 +69,7 @@ def lease_from_object(obj: Mapping[str, Any]) -> LeaseRecord:
 
 
 def may_acquire(record: LeaseRecord, identity: str, observed_at: float, now: float) -> bool:
-    """May ``identity`` write the lease now?
-
-    Yes when it holds it already, when it is free (released), or when the
-    record has stayed unchanged for its duration since we first observed it
-    (``observed_at``, our clock: skew-proof).
-    """
+    """May ``identity`` write the lease now: held, free, or unchanged for its duration by our clock?"""
     if record.holder in ("", identity):
         return True
     return now >= observed_at + record.lease_duration_s
@@ -88,11 +83,7 @@ def lease_body(
     now: float,
     lease_duration_s: float,
 ) -> dict[str, Any]:
-    """The Lease to write to hold (acquire or renew) the lease as ``identity``.
-
-    ``current`` is the record read (None: the lease does not exist yet); its
-    resourceVersion makes the write conditional.
-    """
+    """The Lease to write to hold the lease as ``identity``; ``current``'s resourceVersion makes it conditional."""
     renewing = current is not None and current.holder == identity
     transitions = 0 if current is None else current.transitions + (0 if renewing else 1)
     acquire_time = current.acquire_time if renewing and current and current.acquire_time else now

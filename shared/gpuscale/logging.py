@@ -1,8 +1,4 @@
-"""structlog set-up: JSON lines off a terminal, readable console on one.
-
-Every record carries ``service``. Event names are snake_case facts
-(``decision_published``) with context bound as keys, never prose.
-"""
+"""structlog set-up: JSON lines off a terminal, readable console on one; every record carries ``service``."""
 
 from __future__ import annotations
 
@@ -54,11 +50,7 @@ def get_logger(**bound: Any) -> Any:
 
 
 class OncePerKey:
-    """Log a repeated fault once per key (source, reason), count the rest.
-
-    Consumers see the same bad producer many times a second; one line per
-    source is what an operator can read.
-    """
+    """Log a repeated fault once per key (source, reason), count the rest."""
 
     def __init__(self, limit: int = 10_000) -> None:
         self._seen: set[tuple[str, ...]] = set()

@@ -191,12 +191,7 @@ def aggregator_partition_mapping(partitions: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """A stream as gpuscale declares it. ``gpuscale setup`` creates or updates
-    it (the only identity that may); a service uses it, and creates it only
-    where it is missing and its user may (a development server).
-
-    ``max_bytes`` and ``replicas`` size a deployment: ``gpuscale setup``
-    chooses them, services never argue about them."""
+    """A stream as gpuscale declares it; ``gpuscale setup`` creates it and sizes it, services use it."""
 
     name: str
     subjects: tuple[str, ...]

@@ -1,9 +1,4 @@
-"""What the demo watches: the NATS subjects, kube-sim's cluster and the GPUScalers.
-
-It only reads. Each second it adds one point to the timeline of every
-GPUScaler's workload (the demo's ``bert-intent-detection``; with ``--profile
-llm`` the two vLLM-like workloads ``llm-queue`` and ``llm-util``).
-"""
+"""What the demo watches, read-only: the NATS subjects, kube-sim's cluster and the GPUScalers."""
 
 from __future__ import annotations
 
@@ -117,11 +112,7 @@ class WorkloadView:
 
 @dataclass
 class DemoState:
-    """Every GPUScaler's workload the demo follows, in the order they were found.
-
-    The first is the *primary* one; the attributes of one workload
-    (``workload``, ``record``, ``target``, ...) read and write it, which is all a
-    one-workload demo needs."""
+    """Every GPUScaler's workload the demo follows; the first is the primary one."""
 
     profile: str
     started: float = field(default_factory=time.time)

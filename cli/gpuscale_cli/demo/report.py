@@ -1,8 +1,4 @@
-"""The demo's record of a run and its summary. Purely computational.
-
-Times are seconds since the demo started (``t``); the observer converts
-wall-clock timestamps before they get here.
-"""
+"""The demo's record of a run and its summary. Pure: ``t`` is seconds since the demo started."""
 
 from __future__ import annotations
 

@@ -23,11 +23,7 @@ _LINE_PREFIXES: Final = (
 
 
 def select_lines(text: str) -> str:
-    """The lines of ``text`` that belong to the families read here (and their
-    TYPE lines), for the parser. Others may share a prefix
-    (``vllm:num_requests_waiting_by_priority``): they parse as families of
-    their own names, which :func:`recognise` does not read. A histogram
-    family with only its ``_count`` parses as that histogram."""
+    """The lines of ``text`` of the families read here (and their TYPE lines), for the parser."""
     return "\n".join(line for line in text.splitlines() if line.startswith(_LINE_PREFIXES))
 
 

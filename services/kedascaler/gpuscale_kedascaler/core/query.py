@@ -194,10 +194,7 @@ def metadata_size_problems(metadata: Mapping[str, str]) -> list[str]:
 def parse_scaled_object_ref(name: str, namespace: str, metadata: Mapping[str, str]) -> ScalerQuery:
     """KEDA's ``ScaledObjectRef`` as a query, read only within the asking ScaledObject's namespace.
 
-    KEDA sends the ScaledObject's own namespace; its trigger's metadata is the tenant's text:
-    bounded first (QueryError ``too_large``), then a ``namespace`` in it must be that same
-    namespace (``other_namespace``): a ScaledObject reads its own namespace's workloads only.
-    """
+    The trigger's metadata is the tenant's text: bounded first, and it may name no other namespace."""
     if not is_dns1123_label(namespace):
         raise QueryError(
             [f"the ScaledObject's namespace {shown(namespace)} is not a Kubernetes namespace"], INVALID
