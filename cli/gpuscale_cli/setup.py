@@ -33,10 +33,8 @@ from gpuscale.subjects import KvSpec, StreamSpec
 
 # What a JetStream that is starting (or electing leaders) answers: worth a retry.
 TRANSIENT = (NatsTimeoutError, NoRespondersError, ServiceUnavailableError, TimeoutError)
-# JSClusterNoPeersErr: fewer JetStream servers are in the cluster than the replicas
-# asked. A cluster that is still forming (the Job starts beside it) answers this until
-# its last server joins; a cluster that is too small answers it for good, so the wait
-# is bounded by --wait and the last refusal says which it may be.
+# JSClusterNoPeersErr: too few JetStream servers for the replicas, until a forming
+# cluster's last server joins (or for good): so the wait is bounded by --wait.
 NO_PEERS_FOR_PLACEMENT = 10005
 
 

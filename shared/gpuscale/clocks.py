@@ -83,10 +83,8 @@ class SenderClocks:
             s.history.append(observed)
             s.offset = _median(s.history)
         else:
-            # Off by more than jitter: one late message, a buffer flushed after an
-            # outage, a forged one, or a clock that moved. Only the last repeats:
-            # believe it when the next message (on its usual cadence) or the next
-            # few (off it) tell the same story.
+            # Off by more than jitter: only a clock that moved repeats, so believe
+            # it when the next message on cadence (or a few off it) agrees.
             on_cadence = interval_s is not None and 0.5 * interval_s <= gap <= 1.5 * interval_s
             s.suspects = (
                 [*s.suspects[-(STEP_CONFIRMATIONS - 1) :], observed]

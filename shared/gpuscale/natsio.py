@@ -288,11 +288,8 @@ async def connect(
     last_said = 0.0
     while True:
         try:
-            # One pass over the servers per call: with reconnects allowed,
-            # nats-py's first connect retries forever inside connect() and
-            # never sees ``stop`` (and a cancel can be lost in its wait_for,
-            # hanging a shutdown). This loop retries instead, and reconnects
-            # are switched on once connected.
+            # One pass per call: nats-py's own first-connect retries never see ``stop``;
+            # reconnects are switched on once connected.
             await nc.connect(
                 servers=list(servers),
                 name=name,

@@ -217,10 +217,8 @@ class KvSpec:
         return f"KV_{self.bucket}"
 
 
-# Storage budgets (bytes). Each stream has its own, so that a flood of samples
-# discards old samples instead of starving the decisions of storage (the
-# default JetStream file store of deploy/ is 8 GB): 12,500 nodes x 2.5 KB x
-# 1/s x 60 s is 1.9 GB of samples.
+# Storage budgets (bytes), one per stream, so that a flood of samples discards old
+# samples instead of starving the decisions (12,500 nodes x 2.5 KB x 1/s x 60 s: 1.9 GB).
 SAMPLES_MAX_BYTES: Final = 2 * 1024**3
 DECISIONS_MAX_BYTES: Final = 256 * 1024**2
 ADVICE_MAX_BYTES: Final = 256 * 1024**2

@@ -20,10 +20,8 @@ class Source:
     unit: str  # the source's unit, for the notes
 
 
-# dcgm-exporter's names (DCGM_FI_*), Alibaba Cloud's per-process DCGM fields
-# (DCGM_CUSTOM_PROCESS_*) and the older gpu-prometheus-exporter
-# behind prometheus-adapter rules (nvidia_gpu_* renamed *_current and
-# *_over_time).
+# dcgm-exporter's names, Alibaba Cloud's per-process DCGM fields and the older
+# gpu-prometheus-exporter's (as prometheus-adapter rules rename them).
 KNOWN: Final[dict[str, Source]] = {
     "DCGM_FI_DEV_GPU_UTIL": Source("gpu_util", 1.0, "%"),
     "DCGM_FI_PROF_SM_ACTIVE": Source("sm_active", 0.01, "ratio 0..1"),

@@ -29,9 +29,7 @@ def select_lines(text: str) -> str:
 
 # --- what a page may cost ---------------------------------------------------------------
 
-# Defaults, each far above what a real engine serves (tests/fixtures/engine_metrics:
-# 3-10 KiB, 9-115 lines, 1-24 lines kept, lines of at most 322 bytes; a vLLM pod
-# with 8 data-parallel engines ~4k lines, a Triton pod of 100 models ~700 kept).
+# Defaults, each far above what a real engine serves (tests/fixtures/engine_metrics).
 DEFAULT_MAX_PAGE_BYTES: Final = 2**20
 DEFAULT_MAX_PAGE_LINES: Final = 20_000
 DEFAULT_MAX_SERIES: Final = 1_000
