@@ -182,6 +182,17 @@ def start_kube_sim(work: Path, pods: int, env: dict[str, str]) -> tuple[subproce
     return proc, kubeconfig, url
 
 
+async def count_with_peak_rss(
+    proc: psutil.Process, peak_rss: int, url: str, seconds: float, node: str
+) -> tuple[int, int]:
+    """The batches seen over ``seconds``, and the collector's peak RSS meanwhile."""
+    counter = asyncio.create_task(count_batches(url, seconds, node=node))
+    while not counter.done():
+        peak_rss = max(peak_rss, proc.memory_info().rss)
+        await asyncio.sleep(0.5)
+    return counter.result(), peak_rss
+
+
 def scrapes_ok(http_port: int) -> float:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=2) as resp:
@@ -219,17 +230,7 @@ def measure_collector(
         cpu0 = proc.cpu_times()
         rss_start = proc.memory_info().rss
         t0 = time.monotonic()
-        peak_rss = rss_start
-
-        async def measure() -> int:
-            nonlocal peak_rss
-            counter = asyncio.create_task(count_batches(url, duration, node=node))
-            while not counter.done():
-                peak_rss = max(peak_rss, proc.memory_info().rss)
-                await asyncio.sleep(0.5)
-            return counter.result()
-
-        batches = asyncio.run(measure())
+        batches, peak_rss = asyncio.run(count_with_peak_rss(proc, rss_start, url, duration, node))
         cpu1 = proc.cpu_times()
         elapsed = time.monotonic() - t0
         uss = proc.memory_full_info().uss
@@ -322,18 +323,7 @@ def main() -> int:
         cpu0 = proc.cpu_times()
         rss_start = proc.memory_info().rss
         t0 = time.monotonic()
-        peak_rss = rss_start
-        batches = 0
-
-        async def measure() -> int:
-            nonlocal peak_rss
-            counter = asyncio.create_task(count_batches(server.url, args.duration))
-            while not counter.done():
-                peak_rss = max(peak_rss, proc.memory_info().rss)
-                await asyncio.sleep(0.5)
-            return counter.result()
-
-        batches = asyncio.run(measure())
+        batches, peak_rss = asyncio.run(count_with_peak_rss(proc, rss_start, server.url, args.duration, NODE))
         cpu1 = proc.cpu_times()
         elapsed = time.monotonic() - t0
         rss_end = proc.memory_info().rss

@@ -1,11 +1,4 @@
-"""``gpuscale doctor``: is the install working? One line per part, and what to do.
-
-Checks what a working install needs, in the order it needs it: NATS answers,
-its JetStream streams and buckets exist, collectors and the aggregator
-publish, the decider and the actuator each hold their Lease, the GPUScaler
-CRD is installed and (when NATS asks for credentials) so is the Secret that
-holds them. Exit 0 only when every check passes.
-"""
+"""``gpuscale doctor``: is the install working? One line per part, and what to do."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """``gpuscale``: one program, a sub-command per part.
 
-Sub-commands are registered by name with the module holding their settings
-class and the module holding their entry point; both are imported only for
-the sub-command being run, so ``gpuscale --help`` stays fast and each part
-loads only what it needs.
-"""
+Each sub-command's modules are imported only when it runs, so ``--help`` stays fast."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""``gpuscale setup``: create or update every JetStream stream and KV bucket.
+"""``gpuscale setup``: create or update every JetStream stream and KV bucket. Idempotent.
 
-The one identity that may: the services' own NATS users can only use
-streams and buckets (deploy/base/nats/auth.conf), so a leaked service
-credential cannot re-shape a stream (a republish into the decisions, a
-zero retention). In Kubernetes the gpuscale-setup Job runs this at every
-``kubectl apply``; it is idempotent. Each stream has its own byte budget, so
-a flood of samples discards old samples instead of starving the decisions.
-"""
+Only this identity may: a leaked service credential cannot re-shape a stream."""
 
 from __future__ import annotations
 
@@ -39,10 +33,8 @@ from gpuscale.subjects import KvSpec, StreamSpec
 
 # What a JetStream that is starting (or electing leaders) answers: worth a retry.
 TRANSIENT = (NatsTimeoutError, NoRespondersError, ServiceUnavailableError, TimeoutError)
-# JSClusterNoPeersErr: fewer JetStream servers are in the cluster than the replicas
-# asked. A cluster that is still forming (the Job starts beside it) answers this until
-# its last server joins; a cluster that is too small answers it for good, so the wait
-# is bounded by --wait and the last refusal says which it may be.
+# JSClusterNoPeersErr: too few JetStream servers for the replicas, until a forming
+# cluster's last server joins (or for good): so the wait is bounded by --wait.
 NO_PEERS_FOR_PLACEMENT = 10005
 
 

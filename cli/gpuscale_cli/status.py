@@ -1,9 +1,4 @@
-"""``gpuscale status``: one line per scaled workload, like ``kubectl get hpa``.
-
-Reads the live NATS subjects (metrics as they are published, the last
-decision per workload from the GPUSCALE_DECISIONS stream) and, where
-Kubernetes is reachable, the GPUScaler objects and their status.
-"""
+"""``gpuscale status``: one line per scaled workload, like ``kubectl get hpa``."""
 
 from __future__ import annotations
 

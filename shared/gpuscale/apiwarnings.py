@@ -1,15 +1,6 @@
 """Warnings the Kubernetes API server sends back (the ``Warning`` response header).
 
-A real API server accepts a write with fields its schema does not declare,
-drops them, and says so only in a ``Warning: 299 - "unknown field
-\\"status.reason\\""`` header. A client that ignores the header loses data
-without an error. :data:`API_WARNINGS` is the process-wide record that
-:func:`gpuscale.kube.request_json` feeds: every warning is counted (by
-kind, exported as ``gpuscale_kube_api_warnings_total`` by every service's
-``/metrics``) and logged once per request path and text. With ``strict``
-set (``GPUSCALE_KUBE_WARNINGS=error``, which the test suite sets), a warning
-about dropped fields is an error the caller sees.
-"""
+The API server drops undeclared fields and says so only there; ``strict`` makes that an error."""
 
 from __future__ import annotations
 

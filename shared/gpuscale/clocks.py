@@ -1,23 +1,7 @@
-"""Each sender's clock, seen from the receiver's: one clock per judge.
+"""Each sender's clock, seen from the receiver's: one clock per judge. Pure.
 
-Purely computational: the receiver passes its own arrival time. A message's
-``ts`` is its sender's clock; freshness, window placement and order are
-judged on the receiver's (as Prometheus stamps samples on the scraper's
-clock, and client-go judges a lease by when it saw it change, never by the
-holder's renewTime). The difference between the two clocks is measured per
-sender as the median of ``arrival - ts`` over its recent messages, so that:
-
-- a sender whose clock is off by seconds is placed where its samples belong
-  (``ts`` plus its usual offset): neither stale nor pinned in the future;
-- a message delayed in transit beyond its sender's usual offset lands in the
-  past, where it belongs: it is not fresh because its sender's clock is fast;
-- nothing is placed after its own arrival, so a future ``ts`` pins nothing;
-- a clock that steps (an NTP correction) is taken as the new offset when two
-  messages on the sender's usual cadence agree on it (a late message or a
-  buffer flushed after an outage arrives off cadence), or
-  :data:`STEP_CONFIRMATIONS` that do: a step costs one sample, a lone forged
-  or late message moves nothing.
-"""
+A sender's offset is the median of ``arrival - ts``, so a skewed clock is placed where its
+samples belong and a lone late or forged message moves nothing."""
 
 from __future__ import annotations
 
@@ -99,10 +83,8 @@ class SenderClocks:
             s.history.append(observed)
             s.offset = _median(s.history)
         else:
-            # Off by more than jitter: one late message, a buffer flushed after an
-            # outage, a forged one, or a clock that moved. Only the last repeats:
-            # believe it when the next message (on its usual cadence) or the next
-            # few (off it) tell the same story.
+            # Off by more than jitter: only a clock that moved repeats, so believe
+            # it when the next message on cadence (or a few off it) agrees.
             on_cadence = interval_s is not None and 0.5 * interval_s <= gap <= 1.5 * interval_s
             s.suspects = (
                 [*s.suspects[-(STEP_CONFIRMATIONS - 1) :], observed]

@@ -1,10 +1,4 @@
-"""Senders' clock offsets on ``/metrics`` and in the log.
-
-A :class:`gpuscale.clocks.SenderClocks` measures; this shows: one gauge
-series per sender, read from the clocks at scrape time (nothing on the hot
-path, and a forgotten sender's series goes with it), and a warning logged once
-when a sender's offset passes the bound, and once more when it is back.
-"""
+"""Senders' clock offsets on ``/metrics`` and in the log, read at scrape time (off the hot path)."""
 
 from __future__ import annotations
 

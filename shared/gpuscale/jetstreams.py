@@ -111,10 +111,9 @@ def stream_differences(spec: StreamSpec, config: StreamConfig, *, sizing: bool =
 
 
 async def declare_stream(js: JetStreamContext, spec: StreamSpec) -> None:
-    """Use a stream declared in :mod:`gpuscale.subjects`. A missing one is
-    created where this user may (a development server without a set-up step);
-    an existing one is left as it is, since its config is ``gpuscale setup``'s,
-    with one warning naming what differs from this version's declaration.
+    """Use a stream declared in :mod:`gpuscale.subjects`, creating it where missing and allowed.
+
+    An existing one is ``gpuscale setup``'s: left as it is, with one warning if it differs.
     Raises :class:`NotSetUp` when it is missing and cannot be created."""
     try:
         info = await js.stream_info(spec.name)

@@ -1,17 +1,6 @@
-"""List + watch, as client-go's reflector: one way every gpuscale service
-keeps a view of Kubernetes objects current.
+"""List + watch, as client-go's reflector: how every service keeps its view of Kubernetes current.
 
-:class:`Reflector` lists a collection (paged with ``limit``/``continue``),
-hands the items over, then watches from the list's resourceVersion with
-bookmarks; the server ending a watch starts the next from where it was; an
-error (410 Gone, the API server away, a bad line) relists after a backoff
-with jitter. It reads through a :class:`WatchTransport`: kubernetes-asyncio's
-client (:class:`ApiClientTransport`) in most services, the collector's own
-small aiohttp client where kubernetes-asyncio would not fit its memory budget.
-Events are read as raw JSON lines (:func:`read_events`): building client model
-objects for every pod of a large cluster costs more than the rest of a
-service together, and a line can be larger than aiohttp's line limit.
-"""
+Events are read as raw JSON lines: client model objects for every pod cost more than the rest."""
 
 from __future__ import annotations
 

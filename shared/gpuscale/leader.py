@@ -1,19 +1,8 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease (client-go's algorithm).
 
-Candidates race to write themselves as ``holderIdentity``. Every write
-carries the ``resourceVersion`` that was read, so of two writers only one
-succeeds: the other gets 409 Conflict and knows someone else won. A lease is
-taken over when it is free (empty holder) or when its record has not changed
-for ``leaseDurationSeconds`` as measured by the candidate's OWN clock since
-it first saw that record (client-go does this so clock skew between nodes
-cannot hand out two leases). The leader renews every ``retry_period_s``; if
-it cannot renew for ``renew_deadline_s`` it steps down. On a graceful stop it
-releases the lease (empty holder, ``leaseDurationSeconds: 1``) so another
-candidate takes over at its next try instead of after a full lease duration.
-
-The timing decisions are the plain functions at the top (values in, values
-out, ``now`` a parameter); :class:`LeaderElector` is the I/O loop.
-"""
+A lease expires by the candidate's own clock since it saw the record change, so skew between
+nodes cannot hand out two leases. The timing rules are pure functions; :class:`LeaderElector`
+is the I/O loop."""
 
 from __future__ import annotations
 
@@ -80,12 +69,7 @@ def lease_from_object(obj: Mapping[str, Any]) -> LeaseRecord:
 
 
 def may_acquire(record: LeaseRecord, identity: str, observed_at: float, now: float) -> bool:
-    """May ``identity`` write the lease now?
-
-    Yes when it holds it already, when it is free (released), or when the
-    record has stayed unchanged for its duration since we first observed it
-    (``observed_at``, our clock: skew-proof).
-    """
+    """May ``identity`` write the lease now: held, free, or unchanged for its duration by our clock?"""
     if record.holder in ("", identity):
         return True
     return now >= observed_at + record.lease_duration_s
@@ -99,11 +83,7 @@ def lease_body(
     now: float,
     lease_duration_s: float,
 ) -> dict[str, Any]:
-    """The Lease to write to hold (acquire or renew) the lease as ``identity``.
-
-    ``current`` is the record read (None: the lease does not exist yet); its
-    resourceVersion makes the write conditional.
-    """
+    """The Lease to write to hold the lease as ``identity``; ``current``'s resourceVersion makes it conditional."""
     renewing = current is not None and current.holder == identity
     transitions = 0 if current is None else current.transitions + (0 if renewing else 1)
     acquire_time = current.acquire_time if renewing and current and current.acquire_time else now
@@ -141,13 +121,9 @@ def release_body(name: str, namespace: str, current: LeaseRecord, now: float) ->
 
 
 class LeaderElector:
-    """Run :meth:`run` in a task; read :attr:`is_leader` or await
-    :meth:`wait_until_leader` / :meth:`wait_until_not_leader`.
+    """Run :meth:`run` in a task; read :attr:`is_leader` or await the transitions.
 
-    ``on_started_leading`` / ``on_stopped_leading`` are plain callables run in
-    the loop on each transition. ``release_on_stop=False`` keeps the lease on
-    the way out (it then expires): what a crash looks like, for tests.
-    """
+    ``release_on_stop=False`` keeps the lease on the way out, as a crash would (for tests)."""
 
     def __init__(
         self,

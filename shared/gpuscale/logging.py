@@ -1,8 +1,4 @@
-"""structlog set-up: JSON lines off a terminal, readable console on one.
-
-Every record carries ``service``. Event names are snake_case facts
-(``decision_published``) with context bound as keys, never prose.
-"""
+"""structlog set-up: JSON lines off a terminal, readable console on one; every record carries ``service``."""
 
 from __future__ import annotations
 
@@ -54,11 +50,7 @@ def get_logger(**bound: Any) -> Any:
 
 
 class OncePerKey:
-    """Log a repeated fault once per key (source, reason), count the rest.
-
-    Consumers see the same bad producer many times a second; one line per
-    source is what an operator can read.
-    """
+    """Log a repeated fault once per key (source, reason), count the rest."""
 
     def __init__(self, limit: int = 10_000) -> None:
         self._seen: set[tuple[str, ...]] = set()
@@ -77,14 +69,9 @@ class OncePerKey:
 
 
 class LogThrottle:
-    """At most one line per key per ``period_s``; the lines held back meanwhile
-    are counted and reported on the next one (``suppressed=N``).
+    """At most one line per key per ``period_s``; the lines held back are counted on the next one.
 
-    For faults a sender can repeat at will: key by our own words (the reason
-    code, the message kind), never by what the sender names (a subject, a
-    node, a pod), so that 2,000 bad subjects make one line a minute, not
-    2,000. The sender's names go into the line itself.
-    """
+    Key by our own words, never by what a sender names, so a flood makes one line a minute."""
 
     def __init__(
         self, period_s: float = 60.0, clock: Callable[[], float] = time.monotonic, limit: int = 1_000

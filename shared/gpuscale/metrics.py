@@ -20,12 +20,7 @@ SUBJECT_REASONS: Final = ("bad_subject", "subject_mismatch")
 class ServiceMetrics:
     """Counters every service exposes; services add their own to ``registry``.
 
-    ``kind`` labels are message families (samples, metrics, decisions,
-    actions); ``reason`` labels are WireError codes: both low-cardinality.
-    ``field`` labels name what a newer producer sent that this version does not
-    know; a :class:`gpuscale.codec.Reader` reports at most 64 per kind, then
-    ``_other``, so a sender cannot grow them without bound.
-    """
+    Every label is low-cardinality: a sender cannot grow the series without bound."""
 
     def __init__(self, service: str) -> None:
         self.service = service

@@ -1,11 +1,6 @@
-"""Kubernetes names as the API server validates them. Purely computational.
+"""Kubernetes names as the API server validates them. Pure.
 
-A name that reaches a URL path must be one Kubernetes itself would accept:
-``ghost/../victim``, ``victim?x=1`` or ``victim#frag`` are not object names,
-and an HTTP client would read them as another path, a query or a fragment.
-Rules from k8s.io/apimachinery ``pkg/util/validation`` (IsDNS1123Label,
-IsDNS1123Subdomain) and the API group/version forms.
-"""
+A name that reaches a URL path must not read as another path, a query or a fragment."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""NATS plumbing on nats-py: resilient connect, why a connect failed, drain.
-
-The connection retries forever with backoff (nats-py's reconnect loop, also
-for the very first connect), logs every disconnect and reconnect, and keeps
-the service's ``nats_connected`` gauge and reconnect counter true. Services
-publish through :func:`publish`, which counts ``messages_out``.
-"""
+"""NATS plumbing on nats-py: resilient connect, why a connect failed, drain."""
 
 from __future__ import annotations
 
@@ -233,21 +227,10 @@ async def connect(
     on_closed: Callable[[], None] | None = None,
     inbox_role: str | None = None,
 ) -> NATS:
-    """Connect, retrying forever (with backoff) until the server answers or
-    ``stop`` is set. Disconnects after that are nats-py's to heal; we log them.
+    """Connect, retrying forever until the server answers or ``stop`` is set.
 
-    Replies come in under :func:`inbox_prefix` of ``inbox_role``, by default
-    the NATS user the URL names (what deploy/'s permissions are keyed on),
-    else the service's name: no other role may read or write them.
-
-    A connection the server *closes* (it answers some protocol errors, such
-    as an over-long subject, with -ERR and a close, and nats-py does not
-    reconnect after that) is lost for good: ``on_closed`` is called so the
-    service can start over (``ServiceContext.reopen``); so is one whose
-    short-lived user expired (auth callout: :func:`user_expired`), which
-    the caller may rather log in again. ``token`` is called for the auth
-    token at every (re)connect, so a rotated token file is read anew.
-    Credentials in the URLs and the token never reach the logs."""
+    ``on_closed`` is called when the server closes the connection (nats-py does not reconnect
+    then); ``token`` is called at every (re)connect, so a rotated token is read anew."""
     inbox = inbox_prefix(inbox_role or login_user(servers) or metrics.service)
     log = get_logger(component="nats", servers=[redact(s) for s in servers], inbox=inbox)
     nc = NATS()
@@ -305,11 +288,8 @@ async def connect(
     last_said = 0.0
     while True:
         try:
-            # One pass over the servers per call: with reconnects allowed,
-            # nats-py's first connect retries forever inside connect() and
-            # never sees ``stop`` (and a cancel can be lost in its wait_for,
-            # hanging a shutdown). This loop retries instead, and reconnects
-            # are switched on once connected.
+            # One pass per call: nats-py's own first-connect retries never see ``stop``;
+            # reconnects are switched on once connected.
             await nc.connect(
                 servers=list(servers),
                 name=name,
@@ -355,10 +335,8 @@ async def connect(
                 raise
             if stop is None:
                 await asyncio.sleep(delay)
-            else:
-                await sleep_unless_stopped(stop, delay)
-                if stop.is_set():
-                    raise
+            elif await sleep_unless_stopped(stop, delay):
+                raise
             nc = NATS()
     _waiting_for.pop(metrics.service, None)
     nc.options["allow_reconnect"] = True

@@ -1,13 +1,6 @@
-"""The GPUScaler policy (docs/ARCHITECTURE.md#algorithm) as a typed, validated model: the
-contract between a user and gpuscale, read by the decider (to decide) and
-the actuator (to refuse what the policy does not allow).
+"""The GPUScaler policy (docs/ARCHITECTURE.md#algorithm) as a typed, validated model.
 
-:func:`parse_gpuscaler` takes the object as a plain map (from the API server
-or a YAML file) and returns a :class:`GPUScaler`, or raises
-:class:`PolicyError` listing every problem at once, each naming its field
-(``spec.maxReplicas``, ``spec.behavior.scaleUp.policies[1].type``). Defaults
-are HPA's (autoscaling/v2 ``HPAScalingRules`` defaults).
-"""
+:func:`parse_gpuscaler` reports every problem at once, each naming its field; defaults are HPA's."""
 
 from __future__ import annotations
 

@@ -47,10 +47,7 @@ DEFAULT_WINDOW_S: Final = 30.0
 class NotReadyPods(StrEnum):
     """How a pod whose Ready condition is not True counts (``spec.notReadyPods``).
 
-    HPA counts such a pod's value for a ``Pods`` metric (it applies readiness
-    to CPU only). A GPU pod loading its model reports 0 % while it is not
-    Ready, so gpuscale counts it as *missing* by default: at the target on the
-    way down, as 0 on the way up (HPA's missing-pod rule)."""
+    A GPU pod loading its model reports 0 %, so by default it counts as missing (HPA's rule)."""
 
     MISSING = "Missing"
     COUNTED = "Counted"
@@ -133,12 +130,6 @@ class GPUScalerSpec:
     @property
     def scale_down_tolerance(self) -> float:
         return self.tolerance if self.scale_down.tolerance is None else self.scale_down.tolerance
-
-    def target_of(self, metric: str) -> float | None:
-        for m in self.metrics:
-            if m.name == metric:
-                return m.target
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,7 @@
 """Running a service: logging, signals, the HTTP server, graceful shutdown.
 
-A service is ``async def serve(ctx: ServiceContext) -> None``: it sets up,
-marks what readiness needs, and returns once ``ctx.stop`` is set and its own
-resources are closed. Shutdown goes through that one event (SIGTERM/SIGINT
-set it) and must finish within :data:`SHUTDOWN_TIMEOUT_S`.
-
-A service that loses a resource for good (the NATS server closed its
-connection: ``connect(on_closed=ctx.reopen)``) calls ``ctx.reopen()``: the
-run stops as on a signal and ``serve`` starts over with a fresh context and
-fresh metrics, as a restarted pod would, while the HTTP server stays up.
-If starting over keeps failing, ``/healthz`` turns 503 and Kubernetes
-restarts the process.
-"""
+``ctx.reopen()`` starts ``serve`` over with a fresh context, as a restarted pod would, while
+the HTTP server stays up."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Declarative settings: every option is a CLI flag and an environment variable.
 
-A service declares a frozen dataclass whose fields carry :func:`option`
-metadata. :func:`add_arguments` puts the flags on an argparse parser;
-:func:`build` turns parsed flags plus the environment into the frozen object,
-flag over environment over default. Every bad value is collected (all errors
-at once, as KEDA does) and reported as one line per option; the CLI exits 2.
-"""
+Flag over environment over default; every bad value is reported at once, and the CLI exits 2."""
 
 from __future__ import annotations
 

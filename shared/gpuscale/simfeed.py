@@ -1,12 +1,6 @@
-"""The simulated-GPU feed: what kube-sim serves at ``GET /sim/v1/nodes/{node}/gpus``
-and the collector's sim backend reads. Pure: typed values, no I/O, no clock.
+"""The simulated-GPU feed kube-sim serves and the collector's sim backend reads. Pure.
 
-One contract, owned here so that neither side imports the other: kube-sim
-builds :class:`NodeGpus` and serves :meth:`NodeGpus.to_json`; the collector
-parses the answer with :meth:`NodeGpus.from_json`, which rejects a payload of
-the wrong shape with a :class:`FeedError` naming the first problem. Optional
-readings are ``null`` when unknown; utilizations are percentages.
-"""
+Owned here so that neither side imports the other."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
 """Wall-clock seconds that never step, for state that lives in one process.
 
-An aggregator's window is placed and expired on its own clock. Should the
-host's wall clock step back (chrony's ``makestep``, a VM resumed, an operator's
-``date -s``), buckets from before the step would sit in the window's future: an
-hour's step kept the old load in every average, its pods fresh, for the hour
-(tests/aggregator/test_aggregator_steady_clock.py). A :class:`SteadyClock` is the
-wall clock at start plus the monotonic time since: it reads like ``time.time()``
-(other processes compare it with theirs, within their skew allowances) but only
-ever moves forward at the rate of seconds. NTP's slewing moves both clocks
-alike; a step shows as :meth:`SteadyClock.step_s`, to log. State shared with
-other processes (the decider's, in a KV bucket) needs the real wall clock.
-"""
+A wall clock stepped back would leave old buckets in the window's future; state shared with
+other processes needs the real wall clock."""
 
 from __future__ import annotations
 

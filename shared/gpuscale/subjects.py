@@ -1,11 +1,6 @@
 """Every NATS subject, stream and KV bucket gpuscale uses, declared in one place.
 
-Tokens are escaped so that a name with a dot, a wildcard or a space cannot
-change a subject's shape: any byte outside ``[A-Za-z0-9_-]`` becomes ``~XX``
-(hex of its UTF-8 bytes). Kubernetes names are DNS labels and subdomains, so
-in practice only ``.`` is ever escaped (``gpu-node-1.example`` ->
-``gpu-node-1~2Eexample``).
-"""
+Tokens are escaped (``~XX``) so that no name can change a subject's shape."""
 
 from __future__ import annotations
 
@@ -196,12 +191,7 @@ def aggregator_partition_mapping(partitions: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """A stream as gpuscale declares it. ``gpuscale setup`` creates or updates
-    it (the only identity that may); a service uses it, and creates it only
-    where it is missing and its user may (a development server).
-
-    ``max_bytes`` and ``replicas`` size a deployment: ``gpuscale setup``
-    chooses them, services never argue about them."""
+    """A stream as gpuscale declares it; ``gpuscale setup`` creates it and sizes it, services use it."""
 
     name: str
     subjects: tuple[str, ...]
@@ -227,10 +217,8 @@ class KvSpec:
         return f"KV_{self.bucket}"
 
 
-# Storage budgets (bytes). Each stream has its own, so that a flood of samples
-# discards old samples instead of starving the decisions of storage (the
-# default JetStream file store of deploy/ is 8 GB): 12,500 nodes x 2.5 KB x
-# 1/s x 60 s is 1.9 GB of samples.
+# Storage budgets (bytes), one per stream, so that a flood of samples discards old
+# samples instead of starving the decisions (12,500 nodes x 2.5 KB x 1/s x 60 s: 1.9 GB).
 SAMPLES_MAX_BYTES: Final = 2 * 1024**3
 DECISIONS_MAX_BYTES: Final = 256 * 1024**2
 ADVICE_MAX_BYTES: Final = 256 * 1024**2

@@ -1,10 +1,4 @@
-"""Times and durations as people and the Kubernetes API write them: one home.
-
-Pure: strings in, unix seconds out, and back. Kubernetes writes ``Time`` as
-RFC 3339 in UTC to the second (``2026-11-21T11:30:44Z``) and ``MicroTime``
-with microseconds (Leases, events.k8s.io Events). Durations are what flags
-and GPUScalers accept: ``30``, ``30s``, ``1.5``, ``500ms``, ``2m``, ``1h``.
-"""
+"""Times and durations as people and the Kubernetes API write them. Pure."""
 
 from __future__ import annotations
 

@@ -30,10 +30,7 @@ _PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 def rejection(message: str, payload: Callable[[], Any]) -> WireError:
     """A msgspec validation message about a whole payload, as a :class:`WireError`.
 
-    ``payload`` gives the payload decoded without a schema (called only here,
-    on the rejection path): the envelope is judged first, as a reader would
-    (not a map, no ``v``, another ``v``), then the message is classified.
-    """
+    ``payload`` decodes it without a schema, only on this path: the envelope is judged first."""
     raw = payload()
     if not isinstance(raw, dict):
         return WireError("not_a_map", f"payload must be a map, got {_type_name(raw)}", "$")

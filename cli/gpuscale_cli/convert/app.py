@@ -1,11 +1,6 @@
 """``gpuscale convert FILE|-``: the shell around :mod:`.translate`.
 
-Reads the YAML (a file, or standard input for ``-``), prints the GPUScalers
-on standard output with comments saying what was and was not carried over,
-and repeats everything not carried over on standard error. Exit codes: 0
-every HPA and ScaledObject became a GPUScaler; 1 at least one could not (or
-there was none); 2 the input cannot be read (one line on stderr says why).
-"""
+Exit 0: all converted; 1: at least one not (or none at all); 2: the input cannot be read."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""A parser for the part of PromQL that GPU autoscaling queries use.
+"""A parser for the part of PromQL that GPU autoscaling queries use. Pure.
 
-Values in, values out. It reads what the seed set-ups write into KEDA's
-Prometheus trigger (``avg(DCGM_FI_DEV_GPU_UTIL{pod=~"name-.*"})``,
-``avg(avg_over_time(...[1m]))``, ``DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED +
-DCGM_FI_DEV_FB_FREE) * 100``): selectors with label matchers, range
-selectors inside functions, aggregations with ``by``/``without``, the four
-arithmetic operators, parentheses and numbers. Anything else (comparison and
-set operators, ``offset``, ``@``, subqueries) raises :class:`PromQLError`:
-the caller then says that the query was not recognised rather than guess.
-"""
+Anything else raises :class:`PromQLError`: the caller says so rather than guess."""
 
 from __future__ import annotations
 

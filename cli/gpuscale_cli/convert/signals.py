@@ -1,11 +1,6 @@
-"""Which gpuscale metric a DCGM/Prometheus query or an adapter metric name measures.
+"""Which gpuscale metric a DCGM/Prometheus query or an adapter metric name measures. Pure.
 
-Values in, values out. Every recognised name carries ``per_unit``: how many
-of the source's units make one of gpuscale's, so that a source threshold
-``t`` becomes the GPUScaler target ``t / per_unit`` (``DCGM_FI_PROF_SM_ACTIVE``
-is a 0..1 ratio where ``sm_active`` is %: per_unit 0.01, a threshold of 0.7
-is a target of 70).
-"""
+``per_unit``: how many of the source's units make one of gpuscale's (a target is ``t / per_unit``)."""
 
 from __future__ import annotations
 
@@ -25,10 +20,8 @@ class Source:
     unit: str  # the source's unit, for the notes
 
 
-# dcgm-exporter's names (DCGM_FI_*), Alibaba Cloud's per-process DCGM fields
-# (DCGM_CUSTOM_PROCESS_*) and the older gpu-prometheus-exporter
-# behind prometheus-adapter rules (nvidia_gpu_* renamed *_current and
-# *_over_time).
+# dcgm-exporter's names, Alibaba Cloud's per-process DCGM fields and the older
+# gpu-prometheus-exporter's (as prometheus-adapter rules rename them).
 KNOWN: Final[dict[str, Source]] = {
     "DCGM_FI_DEV_GPU_UTIL": Source("gpu_util", 1.0, "%"),
     "DCGM_FI_PROF_SM_ACTIVE": Source("sm_active", 0.01, "ratio 0..1"),

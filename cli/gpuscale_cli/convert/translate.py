@@ -1,19 +1,6 @@
-"""HPA and KEDA ScaledObject objects in, GPUScaler objects and explanations out.
+"""HPA and KEDA ScaledObject objects in, GPUScaler objects and explanations out. Pure.
 
-Pure: maps in (as YAML parsed them), :class:`Conversion` values out. Each
-conversion says what was carried over and how (``mapped``) and what was not
-(``unmapped``: the caller prints those as YAML comments AND on stderr, so
-nothing is dropped silently). A source that cannot become a GPUScaler at all
-(no GPU metric, a target kind gpuscale cannot scale) has ``error`` set.
-
-Readers: autoscaling/v2, v2beta2 and v2beta1 HorizontalPodAutoscalers
-(autoscaling/v1 has only CPU), keda.sh/v1alpha1 ScaledObjects with
-``prometheus`` triggers (queries recognised by :mod:`.signals`) and
-``external``/``external-push`` triggers aimed at ``gpuscale keda-scaler``.
-
-Each reader is its own module (:mod:`.hpa`, :mod:`.keda`), over what they share
-(:mod:`.conversion`, :mod:`.readers`); this module sorts the documents out to them.
-"""
+Every conversion says what was and was not carried over, so nothing is dropped silently."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""What the demo watches: the NATS subjects, kube-sim's cluster and the GPUScalers.
-
-It only reads. Each second it adds one point to the timeline of every
-GPUScaler's workload (the demo's ``bert-intent-detection``; with ``--profile
-llm`` the two vLLM-like workloads ``llm-queue`` and ``llm-util``).
-"""
+"""What the demo watches, read-only: the NATS subjects, kube-sim's cluster and the GPUScalers."""
 
 from __future__ import annotations
 
@@ -30,6 +25,7 @@ from gpuscale_cli.demo.report import (
     Limits,
     RunRecord,
     TimelinePoint,
+    timeline_json,
 )
 
 GROUP, VERSION, PLURAL = "gpuscale.io", "v1alpha1", "gpuscalers"
@@ -99,19 +95,7 @@ class WorkloadView:
             "limits": {"min": self.limits.min_replicas, "max": self.limits.max_replicas},
             "ready": self.ready,
             "conditions": self.conditions,
-            "timeline": [
-                {
-                    "t": p.t,
-                    "load": p.load,
-                    "replicas": p.replicas,
-                    "desired": p.desired,
-                    "gpu_util_avg": p.gpu_util_avg,
-                    "metric_avg": p.metric_avg,
-                    "requests_waiting_avg": p.requests_waiting_avg,
-                    "recent_avg": p.recent_avg,
-                }
-                for p in self.record.timeline
-            ],
+            "timeline": timeline_json(self.record),
             "decisions": [d.to_json() for d in self.record.decisions[-50:]],
             "actions": [
                 {
@@ -128,11 +112,7 @@ class WorkloadView:
 
 @dataclass
 class DemoState:
-    """Every GPUScaler's workload the demo follows, in the order they were found.
-
-    The first is the *primary* one; the attributes of one workload
-    (``workload``, ``record``, ``target``, ...) read and write it, which is all a
-    one-workload demo needs."""
+    """Every GPUScaler's workload the demo follows; the first is the primary one."""
 
     profile: str
     started: float = field(default_factory=time.time)

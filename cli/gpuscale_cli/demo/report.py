@@ -1,8 +1,4 @@
-"""The demo's record of a run and its summary. Purely computational.
-
-Times are seconds since the demo started (``t``); the observer converts
-wall-clock timestamps before they get here.
-"""
+"""The demo's record of a run and its summary. Pure: ``t`` is seconds since the demo started."""
 
 from __future__ import annotations
 
@@ -196,23 +192,7 @@ def needed_replicas(
 
 @dataclass(frozen=True, slots=True)
 class Provisioning:
-    """Requested replicas against the replicas the load needed, over a run.
-
-    - ``episodes``: (start t, seconds) of each stretch where the requested count
-      was below the needed one (a load change the autoscaler had to follow); a
-      stretch still open at the end lasts until then;
-    - ``time_to_adequate_s``: the longest of them (None: never short);
-    - ``underprovisioned_gpu_s`` / ``overprovisioned_gpu_s``: the integrals of
-      missing and surplus GPU capacity, ``Σ max(0, needed − requested) × gpus_per_pod × dt``
-      and the reverse, each point holding until the next;
-    - ``scale_events``: changes of the requested count;
-    - ``max_overshoot_replicas``: how far a scale-up went above the most the load
-      needed in the ``OVERSHOOT_LOOKBACK_S`` before it (holding replicas after the
-      load fell, as a scale-down stabilization window does, is not overshoot:
-      it shows in ``overprovisioned_gpu_s``);
-    - ``oscillations``: changes that reverse the previous one while the need did
-      not move their way (3 → 4 → 3 at a need of 3 is one).
-    """
+    """Requested replicas against the replicas the load needed, over a run (docs/DEMO.md)."""
 
     time_to_adequate_s: float | None
     episodes: tuple[tuple[float, float], ...]

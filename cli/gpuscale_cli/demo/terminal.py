@@ -1,8 +1,6 @@
 """The terminal view: one frame rendered from the observer's state (pure), drawn in place.
 
-A frame fits the terminal it is drawn for (80×24 unless told): the title and the
-web page's address stay on top, every line is cut to the width, and what does
-not fit is left off at the bottom, so nothing scrolls away."""
+A frame is cut to the terminal's size, so nothing scrolls away."""
 
 from __future__ import annotations
 

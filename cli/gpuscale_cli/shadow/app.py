@@ -1,17 +1,7 @@
-"""``gpuscale shadow-report``: read shadow mode's advice and the live
-controller's record, compare them (:mod:`.compare`), print the result.
+"""``gpuscale shadow-report``: shadow mode's advice against the live controller's record.
 
-The advice comes from the GPUSCALE_ADVICE stream by sequence number with the
-observer's rights (no consumer: a consumer's deliver subject could point
-anywhere), READ_AHEAD gets in flight at a time, so a round trip is paid per
-READ_AHEAD messages, not per message. Advice that cannot be read (bytes that
-are no decision, a subject that names no workload or another one than the
-payload) is skipped and counted, and the report says how many; the rest is
-reported as ever. The live changes come from the Events of the
-HorizontalPodAutoscalers that target the workload (KEDA's included), which
-the API server keeps for an hour by default, and from the live counts the
-decider saw when it advised, which the stream keeps for the whole trial.
-"""
+Advice is read by sequence with the observer's rights: a consumer's deliver subject could
+point anywhere."""
 
 from __future__ import annotations
 

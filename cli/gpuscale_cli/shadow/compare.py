@@ -1,15 +1,6 @@
-"""Shadow mode's advice against the live controller's changes (pure: values
-in, a report out; no clock, no I/O).
+"""Shadow mode's advice against the live controller's changes. Pure.
 
-Two step functions of time: the *advised* count (each advice's
-``to_replicas`` from its time on) and the *live* count (the decider's view
-of the target at each advice, ``from_replicas``, plus the changes the live
-controller reported in Events, each at its own time). Every change of
-either is matched with the moment the other reached the same count in the
-same direction: how much earlier (positive lead) or later gpuscale was. The
-GPU-seconds between the two curves say what following gpuscale would have
-cost or saved.
-"""
+Each change is matched with when the other curve reached the same count the same way."""
 
 from __future__ import annotations
 
@@ -159,9 +150,7 @@ def compare(
     first = (start, ordered[0].from_replicas, "gpuscale")
     advised = Curve([first, *((a.ts, a.to_replicas, "gpuscale") for a in ordered)])
     seen = [(a.ts, a.from_replicas, "seen by the decider") for a in ordered]
-    # A change the live controller reported in an Event is timed exactly; the
-    # decider sees it seconds later (the curve drops the same count as no
-    # change) or, for a moment, still the count before: that view is dropped.
+    # An Event times a live change exactly; the decider's view of it, seconds later, is dropped.
     reported = [(c.ts, c.replicas, c.source) for c in live_changes if c.ts <= end]
     seen = [p for p in seen if not any(0 <= p[0] - r[0] < SEEN_LAG_S for r in reported)]
     tail = [(end, live_now, "scale subresource")] if live_now is not None else []

@@ -1,19 +1,7 @@
 """The actuator's loop: each workload's desired count in (JetStream KV), PATCH …/scale out.
 
-Level-triggered (docs/ARCHITECTURE.md#fault-model): the decider writes one entry
-per workload in :data:`gpuscale.subjects.DESIRED`; the actuator watches the bucket
-and brings each target's ``/scale`` to its entry's count. What it does depends
-only on the entry and the target now, so a second try, a restart or a new leader
-converges again without harm, and two changes in a row end at the latest.
-
-Before the API is touched an entry must be admissible (``core.admit``): it names
-a Kubernetes object, a GPUScaler targets it, is not paused, and its bounds hold
-the count. A refusal, a failure or a 409 is reported once per entry and retried
-on the entry's next change or at the next resync (``--resync-interval``), when
-every entry is converged again. One target never waits on another: up to
-``--max-in-flight`` targets converge at once; one whose API calls keep failing
-backs off on its own.
-"""
+Level-triggered (docs/ARCHITECTURE.md#fault-model): a retry, a restart or a new leader
+converges again without harm."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The GPUScalers the actuator checks every decision against.
-
-Watched from the cluster (list+watch, as the decider does), or read from the
-same ``--policies`` file the decider is given when the CRD is not installed.
-Only valid policies count: a decision whose GPUScaler does not parse is
-refused, as the decider would never have made it.
-"""
+"""The GPUScalers the actuator checks every decision against, watched or read from a file."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """The aggregator's I/O shell: NATS in, windows (the pure core), NATS out.
 
-At start it subscribes live but holds what arrives, replays the samples stream, feeds the held
-batches, and only then publishes, so its first message covers the full window. Scale-out
-(``--partition i/N``): :mod:`gpuscale_aggregator.core.scaleout`.
-"""
+It publishes only after replaying the samples stream, so its first message covers the full window."""
 
 from __future__ import annotations
 

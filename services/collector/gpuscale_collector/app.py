@@ -1,11 +1,4 @@
-"""The collector's I/O shell: ticks, backends, attribution sources, NATS, /metrics.
-
-Per tick: read the backend (NVML on its worker thread, or simulated), map
-GPUs to pods (pod-resources, refreshed every few ticks) and processes to pods
-(``/proc/<pid>/cgroup``), resolve workloads (a watch on this node's pods),
-build one batch and hand it to the publisher, which keeps a bounded buffer
-while NATS is away and flushes it in order when NATS is back.
-"""
+"""The collector's I/O shell: ticks, backends, attribution sources, NATS, /metrics."""
 
 from __future__ import annotations
 

@@ -1,33 +1,7 @@
 """Scrapes the inference-server metrics of this node's GPU pods: the I/O shell.
 
-Each round (once per sampling interval, half an interval before the GPU
-tick) it asks every GPU pod that names a metrics port for its metrics, all
-at once up to ``concurrency`` in flight, each with a short timeout, and keeps
-the newest reading per pod; the tick attaches readings younger than two
-intervals to the pod's samples and never waits for a scrape. A pod whose
-scrapes keep failing is tried less often (:func:`core.engines.failed`). What
-the pod said is recognised by the pure :mod:`gpuscale_collector.core.engines`
-after ``prometheus_client``'s text parser has read the lines it needs.
-
-One pod's page cannot hurt the node (docs/ARCHITECTURE.md#fault-model). The body streams through
-:class:`core.engines.PageReader` as it arrives: only the lines of the series
-read are held (memory does not grow with the page), and a page over a bound
-(bytes, lines, series, bytes of one series' line or of them all) is refused
-there with its reason, counted, logged once and backed off like a failing
-one. The kept lines are parsed on one parser thread for the node (one page
-at a time, however many pods), off the loop that ticks, within a CPU budget
-the parser checks itself (``parse_time``). Values that are NaN, infinite or
-out of range are left out one by one and counted
-(``gpuscale_collector_engine_values_rejected_total{reason}``); a pod's lines
-come at most once a minute per event, whatever its page does.
-
-Every outcome is counted (``gpuscale_collector_engine_scrapes_total{outcome}``);
-each pod's failure reason is logged once (and its recovery), and what was
-found on each pod (engines, series) is logged when it changes and exported as
-``gpuscale_collector_engine_info``. Each pod's last successful reading is kept
-(across failures) so that the next one can tell the request flows since
-(:func:`core.engines.flows`). State is kept only for current targets.
-"""
+Pages stream through :class:`core.engines.PageReader` within bounds and parse on one thread:
+one pod's page cannot hurt the node (docs/ARCHITECTURE.md#fault-model)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """The pods of this node and their workloads, from the Kubernetes API.
 
-Watches only this node's pods (field selector ``spec.nodeName=<node>``) with
-the shared list + watch (:class:`gpuscale.kubewatch.Reflector`), and caches
-each ReplicaSet's owner (ReplicaSet → Deployment) so a pod costs one
-ReplicaSet read in its lifetime. Plain JSON through :mod:`.kubeapi` (not
-kubernetes-asyncio: the collector's memory budget).
-"""
+Each ReplicaSet's owner is cached, so a pod costs one ReplicaSet read in its lifetime."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
 """A small read-only Kubernetes API client for the collector's pod watch.
 
-Why not kubernetes-asyncio, which the other services use: importing it (its
-generated models come with it) adds about 38 MB to a process, and the
-collector runs on every GPU node under a 60 MB budget. The collector needs
-three reads of plain JSON: list this node's pods, watch them, read a
-ReplicaSet. This does those over aiohttp (already loaded for /metrics and the
-engine scraper), as the :class:`gpuscale.kubewatch.WatchTransport` of the shared
-list + watch, with the shared errors (:mod:`gpuscale.kube.errors`).
-
-Credentials, in the order gpuscale.kube uses them: ``--kubeconfig`` (its
-current context: server, certificate-authority[-data],
-insecure-skip-tls-verify, tls-server-name; token, tokenFile,
-client-certificate[-data] + client-key[-data], username + password), else the
-in-cluster service account (the token file is read again every minute: the
-kubelet rotates bound tokens), else ``~/.kube/config``. A kubeconfig whose user
-runs an ``exec`` plugin or an ``auth-provider`` is refused with a clear error:
-the collector runs in the cluster, as a DaemonSet.
-"""
+Not kubernetes-asyncio: importing it adds about 38 MB, past the collector's memory budget."""
 
 from __future__ import annotations
 

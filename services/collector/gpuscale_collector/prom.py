@@ -1,10 +1,4 @@
-"""/metrics: dcgm-exporter's series rendered from the last batch on scrape,
-plus the collector's own counters.
-
-A custom prometheus Collector renders only what the last batch holds, so a
-pod that went away takes its series with it, and a scrape costs nothing
-between scrapes.
-"""
+"""/metrics: dcgm-exporter's series rendered from the last batch on scrape, plus the collector's own."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
 """The keda-scaler's I/O shell: NATS in, KEDA's gRPC and the external metrics API out.
 
-- NATS: one callback subscription on ``gpuscale.v1.metrics.>``; each message
-  is decoded (``gpuscale.codec``), checked against its subject and kept as its
-  workload's latest (:class:`~gpuscale_kedascaler.core.latest.LatestMetrics`),
-  stamped with its arrival time.
-- gRPC (``--grpc-port``): KEDA's ``externalscaler.ExternalScaler``, mutual TLS
-  (KEDA's client certificate). A value that is not fresh is an error
-  (UNAVAILABLE), never a number: KEDA then keeps the current replicas (or
-  applies the ScaledObject's fallback) instead of scaling on old data, and does
-  not scale to zero on missing data. A trigger reads its own ScaledObject's
-  namespace only; requests, metadata and open streams are bounded.
-- HTTPS (``--api-port``, with ``--external-metrics-api``): the external metrics
-  API for an APIService, to the API server's front proxy only (its client
-  certificate); stale data is a 503 Status, which the HPA reports as
-  FailedGetExternalMetric and does not scale on.
-- HTTP (``--http-port``): /healthz, /readyz, /metrics (the shared runtime).
-"""
+Data that is not fresh is an error, never a number: KEDA and the HPA then keep the replicas."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""TLS of both ports: who may call, and the certificates shown.
-
-The external metrics API: the mounted certificate, or (as metrics-server and
-prometheus-adapter do without one) a self-signed one made at start (the
-APIService then needs ``insecureSkipTLSVerify: true``, or mount a certificate
-and give the APIService its ``caBundle``). With ``--client-ca-file`` only
-clients holding a certificate of that CA (the API server's front proxy) get
-through the handshake.
-
-The gRPC port: mutual TLS, its certificate, key and client CA re-read when the
-mounted files change (:class:`GrpcCertificates`).
-"""
+"""TLS of both ports: who may call, and the certificates shown."""
 
 from __future__ import annotations
 
@@ -88,11 +77,7 @@ def peer_common_name(peercert: object) -> str | None:
 class GrpcCertificates:
     """The gRPC port's certificate, its key and the client CA, re-read when a file changes.
 
-    cert-manager renews a certificate by swapping the mounted Secret's files: new
-    handshakes then get the new one without a restart. Checked at most every
-    ``check_every_s`` (gRPC asks on every handshake); a half-written or unreadable set
-    keeps the one in use.
-    """
+    cert-manager renews by swapping files; a half-written set keeps the one in use."""
 
     def __init__(
         self, cert_file: Path, key_file: Path, client_ca_file: Path, check_every_s: float = 30.0

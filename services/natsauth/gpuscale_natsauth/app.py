@@ -1,18 +1,4 @@
-"""The nats-auth I/O shell: auth callout requests in, Kubernetes TokenReviews, signed answers out.
-
-nats-server (``authorization { auth_callout { ... } }``) sends every
-connection that is not one of its ``auth_users`` to ``$SYS.REQ.USER.AUTH``
-as a signed ``authorization_request``. Per request, at most
-``--max-concurrent`` at a time and each within the server's own deadline:
-verify it, refuse a token not shaped like a collector's ServiceAccount token
-at once, review the others with the API server (and read its pod where the
-token names no node) at no more than ``--review-rate`` a second, remembering
-each review's outcome a while and asking a failing API server again only
-after a pause (core/restraint.py), decide (the pure core), and answer with an
-``authorization_response`` signed by the issuer account: a user JWT that
-may publish only that node's samples, or the reason for the refusal.
-Replicas share the requests (a queue group).
-"""
+"""The nats-auth I/O shell: auth callout requests in, Kubernetes TokenReviews, signed answers out."""
 
 from __future__ import annotations
 

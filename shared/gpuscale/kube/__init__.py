@@ -1,15 +1,6 @@
-"""Talking to the Kubernetes API, one module a concern:
+"""Talking to the Kubernetes API, one module a concern.
 
-- :mod:`.config`: :func:`new_api_client`, one way to build an API client.
-- :mod:`.client`: :func:`request_json`, one request by path as JSON; :func:`ping`.
-- :mod:`.errors`: :class:`KubeError` and its subclasses, one a thing a caller does differently.
-- :mod:`.retry`: :func:`retry_with_backoff`, exponential backoff with full jitter.
-- :mod:`.scale`: :class:`ScaleClient`, the replicas of anything with a ``/scale`` subresource.
-- :mod:`.events`: :func:`record_event`, an Event on a target as ``kubectl describe`` shows it.
-
-Only :func:`new_api_client` loads kubernetes-asyncio, so the collector uses the rest
-(through :mod:`gpuscale.kubewatch`) within its memory budget.
-"""
+Only :func:`new_api_client` loads kubernetes-asyncio, so the collector fits its memory budget."""
 
 from gpuscale.kube.client import REQUEST_TIMEOUT_S, ping, request_json
 from gpuscale.kube.config import ClusterConfigError, new_api_client

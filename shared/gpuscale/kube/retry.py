@@ -49,7 +49,5 @@ async def retry_with_backoff(
                 on_retry(e, attempt, delay)
             if stop is None:
                 await asyncio.sleep(delay)
-            else:
-                await sleep_unless_stopped(stop, delay)
-                if stop.is_set():
-                    raise
+            elif await sleep_unless_stopped(stop, delay):
+                raise

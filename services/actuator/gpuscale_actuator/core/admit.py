@@ -1,13 +1,6 @@
-"""Whether a decision may be applied at all. Purely computational.
+"""Whether a decision may be applied at all. Pure.
 
-The actuator is the only component that writes to the cluster, so it does not
-take a decision's word for anything: before the API is touched, a decision
-must name a Kubernetes object (names that could become another path, a query
-or a fragment never reach a URL), a GPUScaler in its namespace must target
-that object, the GPUScaler must not be paused, and the new count must lie
-within its bounds. A refused decision is reported (outcome ``refused``) and
-acknowledged: retrying it cannot make it right.
-"""
+The actuator alone writes to the cluster, so it takes a decision's word for nothing."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What to do about one workload's desired count, given what its target shows now.
+"""What to do about one workload's desired count, given what its target shows now. Pure.
 
-Level-triggered (docs/ARCHITECTURE.md#fault-model): the step depends only on the
-desired count and the target's current one, never on which change led there, so
-converging twice is harmless. After a 409 Conflict the shell re-reads and asks
-again with ``attempt=2``; a patch on that second try is reported as ``conflict_retried``.
-"""
+Level-triggered (docs/ARCHITECTURE.md#fault-model): converging twice is harmless."""
 
 from __future__ import annotations
 

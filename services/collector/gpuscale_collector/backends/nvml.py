@@ -1,11 +1,6 @@
 """The NVML backend: every GPU on the node through pynvml (nvidia-ml-py).
 
-NVML calls block for milliseconds, so they run on one worker thread, never
-on the event loop, and each call is made at most once per GPU per tick. A
-call a GPU does not support is dropped for that GPU (not retried every tick).
-A lost GPU is logged once, published with ``health`` set to the error and
-no values, and picked up again when it answers.
-"""
+NVML calls block for milliseconds, so they run on one worker thread, never on the loop."""
 
 from __future__ import annotations
 

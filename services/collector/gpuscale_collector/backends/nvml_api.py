@@ -1,9 +1,6 @@
 """The one module that calls pynvml: a thin adapter with NVML's errors sorted.
 
-pynvml is imported on first use, so the simulated backend never loads it.
-Tests replace pynvml's functions with a scripted device table; everything
-above this module sees only these functions and the exception types below.
-"""
+pynvml is imported on first use, so the simulated backend never loads it."""
 
 from __future__ import annotations
 

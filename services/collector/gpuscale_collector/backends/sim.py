@@ -1,10 +1,4 @@
-"""Simulated GPUs for the demo, docker-compose and tests.
-
-Readings come from a load source: a constant, a script of steps, or the
-kube-sim cluster (``GET {server}/sim/v1/nodes/{node}/gpus``, the server URL
-taken from --kubeconfig). With kube-sim the owners come with the readings,
-so no pod-resources socket and no API watch are needed.
-"""
+"""Simulated GPUs for the demo, docker-compose and tests: a constant, steps, or kube-sim's feed."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Readings + who holds what → the wire samples of one tick.
 
-Two sources of ownership are merged:
-- pod-resources (device level): which containers were given the device;
-- processes (shared GPUs): NVML's host PIDs, mapped through their cgroup
-  to a pod UID and container id. Each owner then carries its own
-  ``sm_util`` and ``fb_used_mib``.
-"""
+Ownership from pod-resources (devices) merged with NVML processes (shared GPUs)."""
 
 from __future__ import annotations
 
@@ -45,7 +40,6 @@ class Attribution:
 class _Share:
     sm_util: float | None = None
     fb_used_mib: float | None = None
-    has_process: bool = False
 
 
 def _add(a: float | None, b: float | None) -> float | None:
@@ -70,7 +64,6 @@ def _process_shares(
             continue
         ref = ContainerRef(pod.namespace, pod.name, _container_name(pod, identity, holders))
         share = shares.setdefault(ref, _Share())
-        share.has_process = True
         share.sm_util = _add(share.sm_util, proc.sm_util)
         share.fb_used_mib = _add(share.fb_used_mib, proc.fb_used_mib)
     return shares, complete

@@ -1,15 +1,6 @@
 """PID → pod UID and container id, from the text of ``/proc/<pid>/cgroup``.
 
-Handles cgroup v1 (many ``hierarchy:controllers:path`` lines) and v2 (one
-``0::path`` line), with the kubelet's two cgroup drivers:
-
-- systemd: ``/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope``
-  (dashes of the uid written as underscores; ``docker-<id>.scope``, ``crio-<id>.scope`` alike);
-- cgroupfs: ``/kubepods/burstable/pod<uid>/<id>`` (guaranteed pods sit directly under ``/kubepods``).
-
-Container-in-container set-ups (kind, nested cgroup namespaces) prefix the
-path; the pod segment is found wherever it is.
-"""
+cgroup v1 and v2, both kubelet cgroup drivers, and prefixed (nested) paths."""
 
 from __future__ import annotations
 

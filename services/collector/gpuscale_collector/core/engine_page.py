@@ -23,19 +23,13 @@ _LINE_PREFIXES: Final = (
 
 
 def select_lines(text: str) -> str:
-    """The lines of ``text`` that belong to the families read here (and their
-    TYPE lines), for the parser. Others may share a prefix
-    (``vllm:num_requests_waiting_by_priority``): they parse as families of
-    their own names, which :func:`recognise` does not read. A histogram
-    family with only its ``_count`` parses as that histogram."""
+    """The lines of ``text`` of the families read here (and their TYPE lines), for the parser."""
     return "\n".join(line for line in text.splitlines() if line.startswith(_LINE_PREFIXES))
 
 
 # --- what a page may cost ---------------------------------------------------------------
 
-# Defaults, each far above what a real engine serves (tests/fixtures/engine_metrics:
-# 3-10 KiB, 9-115 lines, 1-24 lines kept, lines of at most 322 bytes; a vLLM pod
-# with 8 data-parallel engines ~4k lines, a Triton pod of 100 models ~700 kept).
+# Defaults, each far above what a real engine serves (tests/fixtures/engine_metrics).
 DEFAULT_MAX_PAGE_BYTES: Final = 2**20
 DEFAULT_MAX_PAGE_LINES: Final = 20_000
 DEFAULT_MAX_SERIES: Final = 1_000

@@ -1,21 +1,6 @@
 """The engine table: which families of an inference engine's metrics page are read, and as which signal. Pure.
 
-What is read (the names as the engines' own sources and docs spell them;
-samples in tests/fixtures/engine_metrics):
-
-| engine | requests_waiting | requests_running | kv_cache_usage (0-1 fraction → %) | requests_finished (counters) |
-|---|---|---|---|---|
-| vLLM (V1 and V0) | ``vllm:num_requests_waiting`` | ``vllm:num_requests_running`` | ``vllm:kv_cache_usage_perc``, else the deprecated ``vllm:gpu_cache_usage_perc`` | ``vllm:request_success_total`` (every ``finished_reason``: stop, length, abort) |
-| SGLang | ``sglang:num_queue_reqs`` | ``sglang:num_running_reqs`` | ``sglang:token_usage`` | ``sglang:e2e_request_latency_seconds_count`` (one observation per finished request) |
-| TGI | ``tgi_queue_size`` | ``tgi_batch_current_size`` | (none: TGI exposes no KV gauge) | ``tgi_request_success`` + ``tgi_request_failure`` |
-| Triton | ``nv_inference_pending_request_count`` | | | ``nv_inference_request_success`` + ``nv_inference_request_failure`` |
-| Triton + TensorRT-LLM | ``nv_trt_llm_request_metrics{request_type="waiting"}`` | ``…{request_type="active"}`` | ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`` | (Triton's) |
-
-Queue and running counts are summed over every series of the family (one
-per vLLM engine under data parallelism, one per Triton model, and over the
-engines of a pod that runs several); KV-cache usage is the mean over the
-engines' series (each engine has its own pool).
-"""
+Counts are summed over an engine's series, KV-cache usage averaged (each engine has its own pool)."""
 
 from __future__ import annotations
 

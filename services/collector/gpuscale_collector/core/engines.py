@@ -1,31 +1,7 @@
-"""Inference-engine gauges and finished-request counters from a pod's metrics
-endpoint: where to scrape, which engine answered, which series it has, what
-they add up to, and the request flows between two scrapes. Pure.
+"""Inference-engine gauges and finished-request counters from a pod's metrics page. Pure.
 
-The shell fetches the text and hands it to ``prometheus_client``'s parser
-(this module does not import it: a core does no I/O and imports no I/O
-library); :func:`recognise` takes the parsed families as values. Before
-parsing, :func:`select_lines` keeps only the lines of the families read here:
-a real vLLM or SGLang exposition is mostly histograms (tens of KB a scrape),
-and parsing all of it eight times a second would cost more than the
-collector's whole CPU budget. The kept lines are parsed, never picked apart
-here. :class:`PageReader` does the same selection on the bytes as they stream
-in, within :class:`PageLimits` (a page is a tenant's: what it may cost is
-bounded, docs/ARCHITECTURE.md#fault-model).
-
-The table of what is read is :mod:`~gpuscale_collector.core.engine_series`; the page's
-selection and limits are :mod:`~gpuscale_collector.core.engine_page`.
-
-The gauges say how much work is in the pod now, not how much is coming: a
-pod that keeps up holds a short queue at any load. Demand is a flow, so the
-counters of finished requests are read too (summed like the queues; a Triton
-ensemble counts a request once in each model it passes through), and
-:func:`flows` turns two scrapes of a pod into requests/s: finished (the
-counters' rate) and arrived (finished plus the growth of waiting + running).
-Only the ``_count`` line of SGLang's histogram is kept for the parser, not
-its buckets. The parser names a counter's family without ``_total`` and its
-samples with it, whichever way the engine wrote them; both spellings are read.
-"""
+Only the lines of the families read are kept before parsing: a whole page costs more than
+the collector's CPU budget. The series table is :mod:`~gpuscale_collector.core.engine_series`."""
 
 from __future__ import annotations
 
@@ -88,13 +64,7 @@ class TargetProblem:
 
 
 def scrape_target(ip: str, annotations: Mapping[str, str] | None) -> ScrapeTarget | TargetProblem | None:
-    """The URL of a pod's metrics endpoint, from its annotations; None when the
-    pod names no port (it serves no engine metrics we know of) or has no IP yet.
-
-    ``gpuscale.io/metrics-port`` / ``-path`` first, then Prometheus' common
-    ``prometheus.io/port`` / ``/path`` (each on its own); a pod that says
-    ``prometheus.io/scrape: "false"`` and names no gpuscale port is left alone.
-    """
+    """The URL of a pod's metrics endpoint, from its annotations; None when it names no port or has no IP."""
     notes = annotations or {}
     port_text = notes.get(PORT_ANNOTATION)
     source = PORT_ANNOTATION
@@ -188,16 +158,9 @@ class EngineReading:
 
 
 def flows(previous: EngineReading, previous_at: float, current: EngineReading, current_at: float) -> Flows:
-    """Requests/s that finished and that arrived between two successful scrapes
-    of one pod (``*_at`` in seconds on one clock).
+    """Requests/s that finished and that arrived between two successful scrapes of one pod.
 
-    Completion is the rate of the finished-request counters; arrival is
-    completion plus the growth of waiting + running (what came in either
-    finished or is still in the pod), never below 0, and only when both scrapes
-    have both gauges. Nothing when either scrape lacks the counters, time did
-    not move forward, the engines changed (the sums are not of the same
-    counters), or a counter series went down or went away (a restart: the next
-    round counts from the new values)."""
+    Empty where the counters are missing, went down (a restart) or the engines changed."""
     elapsed = current_at - previous_at
     before, after = previous.requests_finished, current.requests_finished
     if before is None or after is None or elapsed <= 0.0 or previous.engines != current.engines:

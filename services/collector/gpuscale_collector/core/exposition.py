@@ -1,13 +1,4 @@
-"""The /metrics series of one batch, in dcgm-exporter's names and labels.
-
-NVIDIA's Grafana dashboard for dcgm-exporter queries these names with the
-labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``,
-``Hostname``, ``DCGM_FI_DRIVER_VERSION`` and, with
-pod mapping on, ``container``, ``namespace``, ``pod`` (empty strings when a
-GPU is not attributed, as dcgm-exporter writes them). A GPU shared by
-several pods gets one series per pod, as dcgm-exporter does. MIG devices are
-labelled with their parent GPU plus ``GPU_I_ID`` / ``GPU_I_PROFILE``.
-"""
+"""The /metrics series of one batch, in dcgm-exporter's names and labels (its dashboards read them)."""
 
 from __future__ import annotations
 

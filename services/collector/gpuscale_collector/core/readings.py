@@ -1,8 +1,4 @@
-"""What a backend reads from one GPU at one tick, before attribution.
-
-Backends (NVML, simulated) produce these; the attribution core turns them
-into wire samples. Plain values only.
-"""
+"""What a backend reads from one GPU at one tick, before attribution. Plain values."""
 
 from __future__ import annotations
 

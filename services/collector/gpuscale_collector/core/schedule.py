@@ -1,8 +1,6 @@
 """Tick timing: aligned to the interval, shifted by a per-node phase.
 
-A thousand collectors started by one DaemonSet roll-out would otherwise
-publish in the same millisecond of every second.
-"""
+Else a thousand collectors of one roll-out would publish in the same millisecond."""
 
 from __future__ import annotations
 

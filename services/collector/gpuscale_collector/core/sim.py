@@ -1,9 +1,4 @@
-"""Simulated GPUs: load sources and the readings they give (the demo, tests).
-
-``constant:PCT`` holds one load; ``steps:T=PCT,T=PCT,...`` changes it at
-T seconds after start (the last step holds); ``kube-sim`` reads the
-simulated cluster (parsed by :func:`readings_from_kube_sim`).
-"""
+"""Simulated GPUs: load sources (``constant:PCT``, ``steps:T=PCT,...``, ``kube-sim``) and their readings."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""The Kubernetes external metrics API (``external.metrics.k8s.io/v1beta1``), as values.
-
-Pure: request parts in, JSON-ready maps and HTTP statuses out. Served by an
-aggregated API server (an APIService pointing at the keda-scaler's Service),
-so the shapes are those the kube-apiserver's aggregator and the HPA's
-client (k8s.io/metrics external_metrics client) expect:
-
-- ``GET /apis/external.metrics.k8s.io/v1beta1``: an ``APIResourceList`` naming
-  every metric (``gpuscale-<metric>``, ``gpuscale-<metric>-total``);
-- ``GET /apis/external.metrics.k8s.io/v1beta1/namespaces/<ns>/<metric>?labelSelector=workload=<name>[,kind=<Kind>]``:
-  an ``ExternalMetricValueList`` with one item, or a ``Status`` saying why not
-  (400 a bad request, 404 an unknown metric or workload, 503 stale data).
-"""
+"""The Kubernetes external metrics API (``external.metrics.k8s.io/v1beta1``), as values. Pure."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The latest window averages per workload, and what may be served from them.
+"""The latest window averages per workload, and what may be served from them. Pure.
 
-Pure: messages and ``now`` (the receiver's clock) in, readings out. A reading
-is served only while it is fresh: the workload's last metrics message
-arrived at most ``max_age_s`` ago and counted at least one fresh pod. Anything
-else raises :class:`Unavailable` with a reason, never an old value dressed
-as a current one (docs/ARCHITECTURE.md#wire-contract: freshness is judged on arrival time).
-"""
+Only fresh readings are served, judged on arrival time (docs/ARCHITECTURE.md#wire-contract)."""
 
 from __future__ import annotations
 

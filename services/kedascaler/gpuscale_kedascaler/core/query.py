@@ -1,19 +1,7 @@
-"""What KEDA and the HPA ask for: a workload's metric, as a typed query.
+"""What KEDA and the HPA ask for: a workload's metric, as a typed query. Pure.
 
-Two front doors lead here, both pure (values in, values out):
-
-- KEDA's external scaler: the trigger's ``metadata`` (all strings) names the
-  workload, the metric and the target (:func:`parse_scaler_metadata`).
-- The external metrics API: the metric name in the URL
-  (``gpuscale-gpu_util``, ``gpuscale-gpu_util-total``) and the label selector
-  ``workload=<name>[,kind=<Kind>]`` (:func:`parse_external_metric`).
-
-Values: ``average`` is the per-pod average over the workload's fresh pods
-(what a GPUScaler compares with its target); use it with a target of type
-``Value`` (HPA: ``desired = ceil(replicas × value / target)``). ``total`` is
-that average times the number of fresh pods; use it with ``AverageValue``
-(HPA: ``desired = ceil(total / target)``, KEDA's default ``metricType``).
-"""
+``average`` is the per-pod average (an HPA ``Value`` target); ``total`` is it times the fresh
+pods (``AverageValue``, KEDA's default)."""
 
 from __future__ import annotations
 
@@ -149,13 +137,7 @@ def _number(metadata: Mapping[str, str], key: str, problems: list[str], *, posit
 
 
 def parse_scaler_metadata(metadata: Mapping[str, str], default_namespace: str) -> ScalerQuery:
-    """A KEDA trigger's metadata as a query, or QueryError with every problem at once.
-
-    ``workload`` (``name`` or ``Kind/name``, Kind Deployment by default),
-    ``metric`` (a gpuscale metric), ``target`` (> 0) are required;
-    ``namespace`` defaults to the ScaledObject's, ``activationTarget`` to 0,
-    ``value`` to ``average``.
-    """
+    """A KEDA trigger's metadata as a query, or QueryError with every problem at once."""
     problems: list[str] = []
     unknown = sorted(k for k in metadata if k not in SCALER_KEYS and k not in KEDA_OWN_KEYS)
     if unknown:
@@ -212,10 +194,7 @@ def metadata_size_problems(metadata: Mapping[str, str]) -> list[str]:
 def parse_scaled_object_ref(name: str, namespace: str, metadata: Mapping[str, str]) -> ScalerQuery:
     """KEDA's ``ScaledObjectRef`` as a query, read only within the asking ScaledObject's namespace.
 
-    KEDA sends the ScaledObject's own namespace; its trigger's metadata is the tenant's text:
-    bounded first (QueryError ``too_large``), then a ``namespace`` in it must be that same
-    namespace (``other_namespace``): a ScaledObject reads its own namespace's workloads only.
-    """
+    The trigger's metadata is the tenant's text: bounded first, and it may name no other namespace."""
     if not is_dns1123_label(namespace):
         raise QueryError(
             [f"the ScaledObject's namespace {shown(namespace)} is not a Kubernetes namespace"], INVALID

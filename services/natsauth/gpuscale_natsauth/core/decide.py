@@ -1,22 +1,7 @@
 """Who may connect as which node's collector. Pure: values in, values out.
 
-A collector proves who it is with its pod's projected ServiceAccount token
-(audience e.g. ``nats.gpuscale.io``). The Kubernetes API server checks the
-token (a TokenReview): signature, expiry, audience, and that the pod and
-ServiceAccount it is bound to still exist with the same UIDs. From the
-review we take
-
-- the ServiceAccount (``system:serviceaccount:<ns>:<name>``): it must be the
-  collector's;
-- the node: the ``authentication.kubernetes.io/node-name`` extra (pod-bound
-  tokens of Kubernetes >= 1.30 carry it), else the node the bound pod
-  (``authentication.kubernetes.io/pod-name`` and ``pod-uid``) is scheduled
-  on, read from the pod itself;
-
-and grant a NATS user that may publish on that node's samples subject and
-nothing else (no subscription at all: no inbox to read), for no longer
-than the token is valid. Everything else is refused with a reason from :data:`REASONS`.
-"""
+A reviewed ServiceAccount token names the collector and its node; the grant may publish on
+that node's samples subject only, for no longer than the token lives."""
 
 from __future__ import annotations
 

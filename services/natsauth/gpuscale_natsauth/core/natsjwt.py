@@ -1,19 +1,4 @@
-"""NATS JWTs as nats-server and nats-io/jwt (v2) write and read them. Pure.
-
-A JWT is ``base64url(header).base64url(claims).base64url(signature)`` without
-padding; the header is ``{"typ":"JWT","alg":"ed25519-nkey"}``; the signature
-is ed25519 over the first two parts by the nkey named in ``iss``. Keys are
-nkeys (base32 of a prefix byte, the 32 key bytes and a CRC-16): ``N...`` a
-server, ``A...`` an account, ``U...`` a user, ``S...`` a seed.
-
-Auth callout (nats-server >= 2.10): the server sends an
-``authorization_request`` signed by its own server key, with ``sub`` the
-configured issuer account and ``aud`` "nats-authorization-request"; the
-answer is an ``authorization_response`` signed by the issuer account, with
-``sub`` the request's ``user_nkey`` and ``aud`` the server's id, carrying
-either a user JWT (``sub`` the same user nkey, ``aud`` the account to place
-the user in) or an error.
-"""
+"""NATS JWTs and nkeys as nats-server and nats-io/jwt (v2) write and read them. Pure."""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
-"""How often nats-auth asks the Kubernetes API. Pure: ``now`` is a parameter (monotonic seconds).
+"""How often nats-auth asks the Kubernetes API. Pure: ``now`` is a parameter.
 
-Anyone who reaches the NATS port can ask for a login, as often as it likes,
-with any token; a refused collector retries about twice a second (nats-py's
-reconnect loop), and after a NATS restart every collector logs in at once.
-What keeps that from becoming a storm of TokenReviews:
-
-- ``decide.check_shape`` refuses, without a review, what is not a
-  ServiceAccount token for the collector and our audience;
-- :class:`ReviewMemory`: a review's outcome is remembered under a digest of
-  the token (never the token): a refusal that is the token's fault for
-  ``refusal_ttl_s``, a grant for ``grant_ttl_s`` and never past the token's
-  own expiry, so a repeated token costs one review per TTL;
-- :class:`TokenBucket`: reviews beyond ``rate_per_s`` (after a ``burst``)
-  are refused, so a flood of made-up tokens costs at most that rate;
-- :class:`ApiBackoff`: after the API server fails a review, nats-auth asks it
-  again only after a pause that doubles up to ``max_s`` (refusing meanwhile),
-  so a struggling API server is not hammered by every node.
-"""
+Anyone may ask for a login at will: remembered outcomes, a token bucket and a backoff keep
+that from becoming a storm of TokenReviews."""
 
 from __future__ import annotations
 
