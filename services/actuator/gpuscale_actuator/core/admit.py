@@ -1,6 +1,7 @@
 """Whether a decision may be applied at all. Pure.
 
-The actuator alone writes to the cluster, so it takes a decision's word for nothing."""
+The actuator alone writes to the cluster, so it takes a decision's word for nothing: a
+name that could become another path, a query or a fragment never reaches a URL."""
 
 from __future__ import annotations
 
