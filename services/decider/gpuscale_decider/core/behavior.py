@@ -15,8 +15,9 @@ are parameters; nothing here reads a clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from enum import Enum
+
+import msgspec
 
 from gpuscale.policy import GPUScalerSpec, RatePolicy, ScalingRules
 from gpuscale_decider.core.conditions import (
@@ -124,8 +125,7 @@ def stabilize(
     return stabilized, tuple(kept)
 
 
-@dataclass(frozen=True, slots=True)
-class Normalized:
+class Normalized(msgspec.Struct, frozen=True):
     """What ``normalizeDesiredReplicasWithBehaviors`` decided, and why."""
 
     desired: int

@@ -11,8 +11,9 @@ docs/GPUSCALER.md says what to do about each reason (a test keeps it complete).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from enum import StrEnum
+
+import msgspec
 
 
 class ConditionType(StrEnum):
@@ -59,16 +60,14 @@ class Reason(StrEnum):
     FALLBACK_INACTIVE = "FallbackInactive"
 
 
-@dataclass(frozen=True, slots=True)
-class Condition:
+class Condition(msgspec.Struct, frozen=True):
     type: ConditionType
     status: bool
     reason: Reason
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class Conditions:
+class Conditions(msgspec.Struct, frozen=True):
     """One of each type, in the order ``kubectl describe`` lists HPA's."""
 
     able_to_scale: Condition

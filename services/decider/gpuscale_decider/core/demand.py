@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
+
+import msgspec
 
 from gpuscale.catalog import ARRIVAL, CATALOG, COMPLETION, DemandKind
 from gpuscale.policy import MetricTarget
@@ -70,8 +71,7 @@ MIN_BUSY: Final = 5.0
 QUEUED: Final = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceRate:
+class ServiceRate(msgspec.Struct, frozen=True):
     """μ, requests/s one pod finishes at its limit, and how it is known."""
 
     per_pod: float
@@ -79,8 +79,7 @@ class ServiceRate:
     how: str = "measured on a pod with a queue"
 
 
-@dataclass(frozen=True, slots=True)
-class Demand:
+class Demand(msgspec.Struct, frozen=True):
     """One metric's per-pod estimates, and what they rest on (for the reason)."""
 
     values: Mapping[str, float]  # pod -> estimate (the value itself where not estimated)

@@ -8,9 +8,11 @@ zero/max/min pre-checks, the metrics (``computeReplicasForMetrics``), then
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
+
+import msgspec
 
 from gpuscale.policy import GPUScalerSpec
 from gpuscale_decider.core.behavior import clamp_rate_and_bounds, cooldown, normalize
@@ -37,8 +39,7 @@ from gpuscale_decider.core.replicas import (
 from gpuscale_decider.core.state import Capacity, ScalerState
 
 
-@dataclass(frozen=True, slots=True)
-class Evaluation:
+class Evaluation(msgspec.Struct, frozen=True):
     current: int
     desired: int
     conditions: Conditions
@@ -224,10 +225,10 @@ def averages_notes(observation: Observation, spec: GPUScalerSpec) -> tuple[str, 
 def not_applied(evaluation: Evaluation, failure: str) -> Evaluation:
     """The actuator reported it could not apply the desired count: said on the status; the
     count stays desired and the actuator tries again on its next resync."""
-    return replace(
+    return msgspec.structs.replace(
         evaluation,
         steps=(*evaluation.steps, f"the actuator could not apply it ({failure}): it tries again"),
-        conditions=replace(
+        conditions=msgspec.structs.replace(
             evaluation.conditions,
             able_to_scale=able(False, Reason.FAILED_RESCALE, f"the actuator could not apply: {failure}"),
         ),
@@ -242,10 +243,10 @@ def shadowed(evaluation: Evaluation, owner: str | None) -> Evaluation:
         verdict = f"shadow mode: would scale {evaluation.current} → {evaluation.desired}; {who}"
     else:
         verdict = f"shadow mode: would keep {evaluation.current}; {who}"
-    return replace(
+    return msgspec.structs.replace(
         evaluation,
         steps=(*evaluation.steps, verdict),
-        conditions=replace(
+        conditions=msgspec.structs.replace(
             evaluation.conditions,
             able_to_scale=able(
                 False, Reason.SHADOW_MODE, f"spec.mode is Shadow: gpuscale advises and changes nothing; {who}"

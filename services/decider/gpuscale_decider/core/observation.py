@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+import msgspec
+
 from gpuscale.wire import UNSET, WorkloadMetrics
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(msgspec.Struct, frozen=True):
     """What the shell read of the scale target."""
 
     replicas: int | None = None  # the scale subresource's spec.replicas; None: not read

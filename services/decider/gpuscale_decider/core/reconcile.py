@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
+import msgspec
+
 from gpuscale.clocks import due
 from gpuscale.policy import GPUScaler, Mode
 from gpuscale_decider.core.conditions import Reason
@@ -112,7 +114,9 @@ def reconcile(
         spec, current, target, pods, observation, state, now, config.max_metrics_age_s
     )
     if observation is not None and evaluation.fresh and observation.span_s is not None:
-        evaluation = replace(evaluation, steps=(*evaluation.steps, *averages_notes(observation, spec)))
+        evaluation = msgspec.structs.replace(
+            evaluation, steps=(*evaluation.steps, *averages_notes(observation, spec))
+        )
 
     shadow = spec.mode is Mode.SHADOW
     advice: PlannedDecision | None = None
@@ -162,7 +166,9 @@ def reconcile(
         evaluation = not_applied(evaluation, state.last_failure)
     last_scale_time = state.last_scale_time
     final = (  # the status shows /scale's count, as HPA's
-        evaluation if evaluation.current == target.replicas else replace(evaluation, current=target.replicas)
+        evaluation
+        if evaluation.current == target.replicas
+        else msgspec.structs.replace(evaluation, current=target.replicas)
     )
     signature = (
         final.current,
@@ -196,7 +202,9 @@ def _advise(
     wanted = (evaluation.current, evaluation.desired)
     if wanted == state.last_advice:
         return None, state
-    advice = replace(plan(scaler, evaluation, observation, state, now), reason=evaluation.reason)
+    advice = msgspec.structs.replace(
+        plan(scaler, evaluation, observation, state, now), reason=evaluation.reason
+    )
     return advice, replace(state, last_advice=wanted)
 
 
@@ -221,8 +229,10 @@ def _with_status(
         return step
     status = build()
     if not status_differs(written.status, status):
-        return replace(step, memory=Memory(step.memory.state, Written(written.status, signature, now)))
-    return replace(
+        return msgspec.structs.replace(
+            step, memory=Memory(step.memory.state, Written(written.status, signature, now))
+        )
+    return msgspec.structs.replace(
         step,
         memory=Memory(step.memory.state, Written(status, signature, now)),
         status=status,

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+import msgspec
+
 from gpuscale.policy import NotReadyPods, milli_value
 from gpuscale_decider.core.demand import UNITS, Demand
 
@@ -50,8 +52,7 @@ class PodView:
     deleting: bool = False  # metadata.deletionTimestamp is set
 
 
-@dataclass(frozen=True, slots=True)
-class Tolerances:
+class Tolerances(msgspec.Struct, frozen=True):
     """KEP-4951: the ratio is "close enough" within ``[1 - down, 1 + up]``."""
 
     down: float
@@ -73,8 +74,7 @@ class Rule(StrEnum):
     FILLED_RATIO = "filled_ratio"  # ceil(new ratio × counted pods)
 
 
-@dataclass(frozen=True, slots=True)
-class PodGroups:
+class PodGroups(msgspec.Struct, frozen=True):
     """``groupPods``: where each pod of the target stands for this metric."""
 
     ready: int  # with a value that counts
@@ -132,8 +132,7 @@ def fmt_usage(name: str, usage: float, basis: Basis, unit: str = "") -> str:
     return f"{name}: {basis.value} {fmt_value(usage)}{' ' + unit if unit else ''}"
 
 
-@dataclass(frozen=True, slots=True)
-class MetricProposal:
+class MetricProposal(msgspec.Struct, frozen=True):
     """One metric's recommendation; :attr:`explanation` says why in words
     (built only when read: most evaluations are never shown)."""
 

@@ -14,15 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import msgspec
 
-@dataclass(frozen=True, slots=True)
-class TimedValue:
+
+class TimedValue(msgspec.Struct, frozen=True):
     ts: float
     value: int
 
 
-@dataclass(frozen=True, slots=True)
-class Desired:
+class Desired(msgspec.Struct, frozen=True):
     """The desired count this decider last wrote for the workload (the decision that set it)."""
 
     decision_id: str
@@ -32,8 +32,7 @@ class Desired:
     settled: bool = False  # /scale showed it, or showed it would not: counted from /scale since
 
 
-@dataclass(frozen=True, slots=True)
-class Capacity:
+class Capacity(msgspec.Struct, frozen=True):
     """What a pod of the workload finished a second while it had a queue (so all it
     could), and when that was measured: a queue reads 0 whenever capacity suffices."""
 
@@ -170,10 +169,12 @@ def clock_bounded(state: ScalerState, now: float) -> ScalerState:
         last_scale_down=bounded(state.last_scale_down),
         last_fresh_metrics=bounded(state.last_fresh_metrics),
         first_seen=bounded(state.first_seen),
-        desired=None if desired is None else replace(desired, written_at=min(desired.written_at, now)),
+        desired=None
+        if desired is None
+        else msgspec.structs.replace(desired, written_at=min(desired.written_at, now)),
         queue_capacity=None
         if state.queue_capacity is None
-        else replace(state.queue_capacity, ts=min(state.queue_capacity.ts, now)),
+        else msgspec.structs.replace(state.queue_capacity, ts=min(state.queue_capacity.ts, now)),
     )
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Final
+
+import msgspec
 
 from gpuscale.policy import GPUScaler, GPUScalerSpec
 from gpuscale.wire import Action
@@ -38,16 +40,14 @@ class Written:
     at: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Memory:
+class Memory(msgspec.Struct, frozen=True):
     """Everything the step remembers between calls for one GPUScaler."""
 
-    state: ScalerState = field(default_factory=ScalerState)  # kept in the KV bucket
-    written: Written = field(default_factory=Written)  # this process only
+    state: ScalerState = msgspec.field(default_factory=ScalerState)  # kept in the KV bucket
+    written: Written = msgspec.field(default_factory=Written)  # this process only
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
+class Config(msgspec.Struct, frozen=True):
     """The decider's own settings the step needs."""
 
     convergence_grace_s: float = 30.0  # /scale not showing a written count after this: /scale is the truth
@@ -63,8 +63,7 @@ class Note(StrEnum):
     DESIRED_NOT_REACHED_IN_TIME = "desired_not_reached_in_time"
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedDecision:
+class PlannedDecision(msgspec.Struct, frozen=True):
     id: str
     from_replicas: int
     to_replicas: int
@@ -72,8 +71,7 @@ class PlannedDecision:
     inputs: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(msgspec.Struct, frozen=True):
     memory: Memory
     evaluation: Evaluation | None = None
     decision: PlannedDecision | None = None
@@ -120,7 +118,7 @@ def base_count(
         return state, current, ()
     if current == desired.to_replicas:
         return (
-            replace(state, desired=replace(desired, settled=True)),
+            replace(state, desired=msgspec.structs.replace(desired, settled=True)),
             current,
             ((Note.DESIRED_REACHED, desired),),
         )
@@ -131,7 +129,7 @@ def base_count(
         if current != desired.from_replicas
         else Note.DESIRED_NOT_REACHED_IN_TIME
     )
-    return replace(state, desired=replace(desired, settled=True)), current, ((note, desired),)
+    return replace(state, desired=msgspec.structs.replace(desired, settled=True)), current, ((note, desired),)
 
 
 def plan(
