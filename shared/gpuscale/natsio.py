@@ -230,7 +230,9 @@ async def connect(
     """Connect, retrying forever until the server answers or ``stop`` is set.
 
     ``on_closed`` is called when the server closes the connection (nats-py does not reconnect
-    then); ``token`` is called at every (re)connect, so a rotated token is read anew."""
+    then); ``token`` is called at every (re)connect, so a rotated token is read anew. Replies
+    come under the inbox of ``inbox_role`` (default: the URL's NATS user, which deploy/'s
+    permissions are keyed on), so no other role can read them. Credentials never reach the logs."""
     inbox = inbox_prefix(inbox_role or login_user(servers) or metrics.service)
     log = get_logger(component="nats", servers=[redact(s) for s in servers], inbox=inbox)
     nc = NATS()
