@@ -50,8 +50,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ.pop(LOCKS_ENV, ""), ignore_errors=True)
 
 
+# A worker's exclusive turn, kept over its consecutive serial tests (one drain, not one each).
+_ALONE: list[contextlib.ExitStack] = []
+
+
 @contextlib.contextmanager
-def _turn(serial: bool) -> Iterator[None]:
+def _turn(serial: bool, next_serial: bool) -> Iterator[None]:
     """Under pytest-xdist, a ``serial`` test runs while no other worker runs a test: every test
     holds a shared lock, a serial one an exclusive lock, and a gate lets a waiting serial test in
     before new shared holders (else the workers' overlapping tests would starve it)."""
@@ -61,8 +65,16 @@ def _turn(serial: bool) -> Iterator[None]:
         return
     gate, turn = Path(locks, "gate"), Path(locks, "turn")
     if serial:
-        with _locked(gate, fcntl.LOCK_EX), _locked(turn, fcntl.LOCK_EX):
+        if not _ALONE:
+            alone = contextlib.ExitStack()
+            alone.enter_context(_locked(gate, fcntl.LOCK_EX))
+            alone.enter_context(_locked(turn, fcntl.LOCK_EX))
+            _ALONE.append(alone)
+        try:
             yield
+        finally:
+            if not next_serial:
+                _ALONE.pop().close()
     else:
         with contextlib.ExitStack() as held:
             with _locked(gate, fcntl.LOCK_SH):
@@ -70,10 +82,28 @@ def _turn(serial: bool) -> Iterator[None]:
             yield
 
 
+def _serial(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("serial") is not None
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    with _turn(item.get_closest_marker("serial") is not None):
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    with _turn(_serial(item), _serial(nextitem)):
         return (yield)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files are handed to xdist's workers in collection order (addopts: --no-loadscope-reorder):
+    the serial tests' files first, so they wait for no long test of another worker to end, then
+    the files that start servers, so that the quick rest fills the workers' ends evenly."""
+    rank: dict[Path, int] = {}
+    for item in items:
+        marks = {mark.name for mark in item.iter_markers()}
+        own = 0 if "serial" in marks else 1 if marks & {"integration", "slow"} else 2
+        rank[item.path] = min(own, rank.get(item.path, 2))
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order
 
 
 @pytest.fixture(autouse=True)
