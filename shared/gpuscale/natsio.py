@@ -443,6 +443,23 @@ def is_connected(nc: NATS | None) -> tuple[bool, str]:
     return False, "disconnected"
 
 
+async def flush(nc: NATS, timeout_s: float) -> None:
+    """A round trip after everything published or subscribed before it: the server has it.
+
+    nats-py writes its flush PING straight to the socket, ahead of commands its flusher has not
+    written yet, so its PONG alone can come back for a publish the server never saw (lost when
+    the connection then closes) or a subscription it does not know yet. Raises as nats-py's
+    ``flush`` does (``FlushTimeoutError`` after ``timeout_s``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    await asyncio.sleep(0)  # the flusher's turn
+    while nc.pending_data_size and nc.is_connected:
+        if loop.time() >= deadline:
+            raise nats_errors.FlushTimeoutError
+        await asyncio.sleep(0.001)
+    await nc.flush(timeout=max(deadline - loop.time(), 0.001))  # type: ignore[arg-type]  # nats-py takes float seconds; its hint says int
+
+
 async def drain(nc: NATS | None, timeout_s: float = 2.0) -> None:
     """Flush what we published and close; never raise on the way out."""
     if nc is None or nc.is_closed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 
 import pytest
 
@@ -15,6 +16,7 @@ from gpuscale.natsio import (
     connect,
     drain,
     ensure_kv,
+    flush,
     ensure_stream,
     headers_msg_id,
     is_connected,
@@ -182,3 +184,26 @@ async def test_an_outage_logs_each_error_once_and_counts_every_one(nats_server: 
     logged = [r["error"].split(":")[0] for r in records if r["event"] == "nats_error"]
     assert logged, records
     assert len(logged) == len(set(logged)) <= 2, logged  # once per kind of error, not once per attempt
+
+
+def _messages_in(server: EmbeddedNats, name: str) -> int:
+    """What the server has counted in from the connection named ``name`` (its /connz)."""
+    with urllib.request.urlopen(f"http://{server.host}:{server.monitor_port}/connz", timeout=5) as r:
+        connections = json.load(r)["connections"]
+    return sum(c["in_msgs"] for c in connections if c.get("name") == name)
+
+
+async def test_a_flush_returns_once_the_server_has_counted_what_was_published_before_it(
+    nats_server: EmbeddedNats,
+) -> None:
+    # nats-py's own flush sends its PING ahead of publishes still in its buffer: large ones are
+    # still arriving when that PONG comes back.
+    nc = await connect([nats_server.url], ServiceMetrics("test"), name="flush-order")
+    try:
+        for round_ in range(1, 4):
+            for _ in range(8):
+                await nc.publish("t.flush", b"x" * 1_000_000)
+            await flush(nc, 10.0)
+            assert await asyncio.to_thread(_messages_in, nats_server, "flush-order") == 8 * round_
+    finally:
+        await drain(nc)

@@ -16,7 +16,7 @@ from typing import Any
 from gpuscale import codec, subjects
 from gpuscale.aio import sleep_unless_stopped
 from gpuscale.logging import OncePerKey, get_logger
-from gpuscale.natsio import NATS, connect, drain, is_connected, user_expired
+from gpuscale.natsio import NATS, connect, drain, flush, is_connected, user_expired
 from gpuscale.runtime import ServiceContext, run
 from gpuscale.steadyclock import SteadyClock
 from gpuscale.wire import SampleBatch
@@ -105,7 +105,7 @@ class Publisher:
         try:
             for msg_id, payload in pending:
                 await nc.publish(self.subject, payload, headers={"Nats-Msg-Id": msg_id})
-            await nc.flush(timeout=FLUSH_TIMEOUT_S)  # type: ignore[arg-type]  # nats-py takes float seconds; its hint says int
+            await flush(nc, FLUSH_TIMEOUT_S)  # confirms these batches, not only the PING
         except Exception as e:  # noqa: BLE001 - any NATS failure: keep the batches, retry on reconnect
             self._log.info("publish_deferred", batches=len(pending), error=type(e).__name__)
             await asyncio.sleep(RECONNECT_POLL_S)

@@ -21,6 +21,7 @@ from gpuscale.natsio import (
     declare_kv,
     declare_stream,
     drain,
+    flush,
     headers_msg_id,
     is_connected,
     jetstream,
@@ -215,7 +216,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
     sub = await nc.subscribe(subjects.METRICS_ALL, cb=decider.on_message, pending_msgs_limit=200_000)
     with contextlib.suppress(Exception):
         # The server knows the subscriptions before we say we are running (a busy node: 10 s).
-        await nc.flush(timeout=10)
+        await flush(nc, 10.0)
     if on_decider is not None:
         on_decider(decider)
     log.info(

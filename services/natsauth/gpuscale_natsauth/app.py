@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from gpuscale.kube import KubeError, NotFound, new_api_client, request_json
 from gpuscale.logging import OncePerKey, get_logger
-from gpuscale.natsio import NATS, connect, drain, is_connected
+from gpuscale.natsio import NATS, connect, drain, flush, is_connected
 from gpuscale.runtime import ServiceContext, run
 
 from .core import decide
@@ -315,7 +315,7 @@ async def serve(ctx: ServiceContext) -> None:
         except Exception:  # noqa: BLE001 - connect only gives up when we are stopping
             return
         await authorizer.nc.subscribe(CALLOUT_SUBJECT, queue=QUEUE_GROUP, cb=authorizer.on_request)
-        await authorizer.nc.flush()
+        await flush(authorizer.nc, 10.0)  # the server knows the subscription before we serve
         authorizer.subscribed = True
         log.info(
             "auth_callout_serving",
