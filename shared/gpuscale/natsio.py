@@ -443,13 +443,13 @@ def is_connected(nc: NATS | None) -> tuple[bool, str]:
     return False, "disconnected"
 
 
-async def flush(nc: NATS, timeout_s: float) -> None:
+async def flush(nc: NATS, timeout_s: float = 10.0) -> None:
     """A round trip after everything published or subscribed before it: the server has it.
 
     nats-py writes its flush PING straight to the socket, ahead of commands its flusher has not
     written yet, so its PONG alone can come back for a publish the server never saw (lost when
     the connection then closes) or a subscription it does not know yet. Raises as nats-py's
-    ``flush`` does (``FlushTimeoutError`` after ``timeout_s``)."""
+    ``flush`` does (``FlushTimeoutError`` after ``timeout_s``, 10 s as nats-py's)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     await asyncio.sleep(0)  # the flusher's turn

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.logging import configure
 from gpuscale.natsio import NATS, ensure_stream, jetstream
@@ -60,7 +60,7 @@ async def test_junk_in_the_watch_inbox_is_dropped_counted_and_logged_once(
             await nats_client.publish(inbox, f"junk-{i}".encode())
         # A reply aimed at the inbox: JetStream answers a publish to another stream there.
         await nats_client.publish("other.x", b"{}", reply=inbox)
-        await nats_client.flush()
+        await natsio.flush(nats_client)
 
         def dropped() -> float:
             return actuator.metric("gpuscale_nats_errors_total", error="NotJSMessageError")

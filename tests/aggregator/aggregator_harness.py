@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from gpuscale import codec, subjects
+from gpuscale import codec, natsio, subjects
 from gpuscale.http import ServiceHttp
 from gpuscale.logging import get_logger
 from gpuscale.metrics import ServiceMetrics
@@ -64,7 +64,7 @@ class MetricsInbox:
             self.messages.append(codec.decode(msg.data, WorkloadMetrics, time.time()))
 
         await nc.subscribe(subjects.METRICS_ALL, cb=on_message)
-        await nc.flush()
+        await natsio.flush(nc)
         return self
 
     def latest(self, name: str) -> WorkloadMetrics | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain
@@ -87,7 +87,7 @@ async def test_bad_messages_on_thousands_of_subjects_log_once_per_reason(
             for i in range(500):
                 b = batch(gpu(0, owner(f"p-{i}"), node=f"other-{i}"), node=f"other-{i}", ts=time.time())
                 await publish_batch(nats_client, b, subject_node=f"victim-{i}")  # payload names another node
-            await nats_client.flush()
+            await natsio.flush(nats_client)
             await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == 2500)
     rejected = counter(service, "gpuscale_messages_rejected_total", kind="samples", reason="undecodable")
     mismatched = counter(service, "gpuscale_messages_rejected_total", kind="samples", reason="node_mismatch")
@@ -128,7 +128,7 @@ async def test_window_requests_are_checked_counted_and_bounded(
             for i in range(100):
                 await nats_client.publish(*request(f"flood-{i}", 10.0))
             await nats_client.publish("gpuscale.v1.windows.too.few", b"\xc1")
-            await nats_client.flush()
+            await natsio.flush(nats_client)
             await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="windows") == 404)
     store = service.core.store
     assert counter(service, "gpuscale_messages_rejected_total", kind="windows", reason="undecodable") == 300

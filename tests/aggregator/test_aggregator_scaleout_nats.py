@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuscale import natsio
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import connect, drain
@@ -55,7 +56,7 @@ async def test_two_instances_split_the_workloads(partitioned_nats: EmbeddedNats)
                         for i, w in enumerate(WORKLOADS)
                     ]
                     await publish_batch(nc, batch(*gpus, node=node, ts=now - 1 + seq, seq=seq))
-            await nc.flush()
+            await natsio.flush(nc)
             await eventually(
                 lambda: all(
                     (m := inbox.latest(w)) is not None and m.pods_fresh == len(NODES) for w in WORKLOADS

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gpuscale import natsio
 from gpuscale.codec import encode_raw
 from gpuscale.embedded_nats import EmbeddedNats, free_port
 from gpuscale.natsio import NATS
@@ -59,7 +60,7 @@ async def publish_fleet(nc: NATS, ticks: int, start_seq: int = 0) -> list[dict[s
         for b in fleet_batches(now - (ticks - 1 - k) * 1.0, start_seq + k):
             await publish_batch(nc, b)
             sent.append(b)
-    await nc.flush()
+    await natsio.flush(nc)
     return sent
 
 
@@ -142,7 +143,7 @@ async def test_bad_duplicate_and_out_of_order_batches_are_counted(
         await publish_batch(nats_client, {**good, "seq": 13, "ts": float("nan")})  # impossible value
         await nats_client.publish("gpuscale.v1.samples.node-a", b"\xc1\xc1 not msgpack")
         await nats_client.publish("gpuscale.v1.samples.node-a", b"")
-        await nats_client.flush()
+        await natsio.flush(nats_client)
         rejected = "gpuscale_messages_rejected_total"
         ignored = "gpuscale_aggregator_batches_ignored_total"
         await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == 8)
@@ -250,7 +251,7 @@ class MovedClock:
         self.move(dt)
         self.seq[node] = self.seq.get(node, -1) + 1
         await publish_batch(self.nc, one_pod_batch(pod, util, node=node, ts=self.now, seq=self.seq[node]))
-        await self.nc.flush()
+        await natsio.flush(self.nc)
         self.sent += 1
         await eventually(lambda: counter(service, "gpuscale_messages_in_total", kind="samples") == self.sent)
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale.wire import SampleBatch
@@ -49,7 +49,7 @@ async def test_batches_from_another_collector_version_are_averaged(
         await eventually(lambda: service.replay_done, what="replay")
         for data in _batches(variant):
             await nats_client.publish(subjects.samples(NODE), data)
-        await nats_client.flush()
+        await natsio.flush(nats_client)
         await eventually(
             lambda: counter(service, "gpuscale_aggregator_gpu_samples_total") == 15, what="samples in"
         )
@@ -93,7 +93,7 @@ async def test_sub_batches_from_another_aggregator_version_are_owned(
         await eventually(lambda: service.replay_done, what="replay")
         subject = f"{subjects.AGGREGATOR_PARTS_PREFIX}.0.default.Deployment.bert"
         await nats_client.publish(subject, pack(restamp(base, time.time())))
-        await nats_client.flush()
+        await natsio.flush(nats_client)
         await eventually(lambda: inbox.latest("bert") is not None, what="bert's metrics")
         bert = inbox.latest("bert")
         assert bert is not None

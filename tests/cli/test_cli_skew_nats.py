@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS, declare_stream, headers_msg_id, jetstream
 from gpuscale.wire import Action, Decision, WorkloadMetrics
@@ -37,7 +37,7 @@ async def _keep_publishing(
     """``payload`` again and again, stamped on a clock ``skew_s`` ahead."""
     while not stop.is_set():
         await nc.publish(subject, pack(restamp(payload, time.time() + skew_s)))
-        await nc.flush()
+        await natsio.flush(nc)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.1)
 
@@ -81,7 +81,7 @@ async def test_the_demo_observer_follows_another_versions_messages(nats_client: 
     try:
         observer = Observer(state, nats_client, api, "http://127.0.0.1:1")
         await observer.subscribe()
-        await nats_client.flush()
+        await natsio.flush(nats_client)
         now = time.time()
         metrics = restamp(_variant("metrics", variant, WorkloadMetrics), now)
         decision = restamp(_variant("decisions", variant, Decision), now)
@@ -89,7 +89,7 @@ async def test_the_demo_observer_follows_another_versions_messages(nats_client: 
         await nats_client.publish(subjects.metrics(KEY), pack(metrics))
         await nats_client.publish(subjects.decisions(KEY), pack(decision))
         await nats_client.publish(subjects.actions(KEY), pack(action))
-        await nats_client.flush()
+        await natsio.flush(nats_client)
         deadline = time.monotonic() + 10
         while not (state.record.actions and state.record.decisions and state.gpu_util_avg is not None):
             assert time.monotonic() < deadline, "the observer did not see all three messages"

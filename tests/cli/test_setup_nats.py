@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from gpuscale import natsio, subjects
 from gpuscale import settings as settings_mod
-from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import (
@@ -130,8 +130,8 @@ async def test_a_flood_of_samples_leaves_the_decisions_their_storage(small_store
         for i in range(1000):
             await nc.publish(subjects.samples(f"node-{i % 50}"), batch)
             if i % 100 == 0:
-                await nc.flush()
-        await nc.flush()
+                await natsio.flush(nc)
+        await natsio.flush(nc)
         deadline = time.monotonic() + 10
         while (await js.stream_info(subjects.SAMPLES_STREAM)).state.last_seq < 1000:
             assert time.monotonic() < deadline, "the samples stream did not take the flood"

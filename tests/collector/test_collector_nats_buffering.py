@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gpuscale import codec, subjects
+from gpuscale import codec, natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import connect, drain, ensure_stream, jetstream
@@ -116,7 +116,7 @@ async def test_publishes_decodable_batches(nats_server: EmbeddedNats, kit: Any) 
         got.append(codec.decode(msg.data, SampleBatch, now=time.time()))
 
     await nc.subscribe(subjects.samples("node-a"), cb=on_msg)
-    await nc.flush()
+    await natsio.flush(nc)
     settings = kit.settings(nats_url=nats_server.url, interval_s="0.1", sim_gpus=3, sim_source="constant:75")
     try:
         async with kit.running(settings) as rc:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg
 
-from gpuscale import codec, subjects
+from gpuscale import codec, natsio, subjects
 from gpuscale.logging import configure
 from gpuscale.settings import SettingsError
 from gpuscale.wire import SampleBatch
@@ -68,7 +68,7 @@ async def batches_of(world: NodeAuthWorld, node: str) -> list[SampleBatch]:
         got.append(codec.decode(msg.data, SampleBatch, now=time.time()))
 
     await observer.nc.subscribe(subjects.samples(node), cb=on_msg)
-    await observer.nc.flush()
+    await natsio.flush(observer.nc)
     return got
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gpuscale import codec, subjects
+from gpuscale import codec, natsio, subjects
 from gpuscale.natsio import NATS
 from gpuscale.runtime import ServiceContext, run_async
 from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
@@ -116,7 +116,7 @@ async def running_pods(sim: KubeSim, name: str, count: int, namespace: str = "de
 async def publish_metrics(nc: NATS, m: WorkloadMetrics) -> None:
     key = subjects.WorkloadKey(m.namespace, m.kind, m.name)
     await nc.publish(subjects.metrics(key), codec.encode(m))
-    await nc.flush()
+    await natsio.flush(nc)
 
 
 @dataclass

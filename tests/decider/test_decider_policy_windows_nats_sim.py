@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuscale import natsio
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale.wire import UNSET
@@ -45,7 +46,7 @@ async def feed(nc: NATS, pods: list[str], utils: list[float], workload: str) -> 
             node = f"node-{pod}"
             b = batch(gpu(0, owner(pod, workload), util=util, node=node), node=node, ts=time.time(), seq=i)
             await publish_batch(nc, b)
-        await nc.flush()
+        await natsio.flush(nc)
         await asyncio.sleep(1.0)
 
 

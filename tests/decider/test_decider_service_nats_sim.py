@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpuscale import codec, subjects
+from gpuscale import codec, natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.kube import new_api_client, request_json
 from gpuscale.natsio import NATS, jetstream
@@ -259,7 +259,7 @@ async def test_malformed_metrics_are_counted_and_never_crash(
         nan["averages"] = {"gpu_util": float("nan")}
         await nats_client.publish(subjects.metrics(key), codec.encode_raw(nan))
         await nats_client.publish("gpuscale.v1.metrics.too.short", codec.encode(good))
-        await nats_client.flush()
+        await natsio.flush(nats_client)
 
         def rejected(reason: str) -> float:
             return running.metric("gpuscale_messages_rejected_total", kind="metrics", reason=reason)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale.wire import WorkloadMetrics
@@ -66,7 +66,7 @@ async def test_metrics_from_another_aggregator_version_lead_to_a_decision(
         payload = pack(restamp(_variant(variant, pod), time.time()))
         for _ in range(3):  # the same message again changes nothing: one decision, names counted once
             await nats_client.publish(subjects.metrics(KEY), payload)
-        await nats_client.flush()
+        await natsio.flush(nats_client)
         decision = await decisions.next()
         # docs/ARCHITECTURE.md#algorithm's worked example, scaled: 1 replica at 43.5 against 20 -> ceil(1 × 2.17) = 3.
         assert (decision.from_replicas, decision.to_replicas) == (1, 3)
@@ -105,7 +105,7 @@ async def test_a_metric_the_policy_asks_for_and_the_message_lacks_is_missing_dat
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path, policies=policies)
     async with running_decider(settings) as running, watch_decisions(nats_client) as decisions:
         await nats_client.publish(subjects.metrics(KEY), pack(restamp(payload, time.time())))
-        await nats_client.flush()
+        await natsio.flush(nats_client)
         decision = await decisions.next()
         assert (decision.from_replicas, decision.to_replicas) == (1, 3)
         assert decision.reason.startswith("gpu_util 43.5 over target 20")

@@ -20,8 +20,8 @@ import msgpack
 import nats
 import pytest
 
+from gpuscale import natsio, subjects
 from gpuscale import settings as settings_mod
-from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.settings import existing_file
 from gpuscale_kedascaler.core.query import KEDA_OWN_KEYS, all_external_metric_names, parse_scaled_object_ref
@@ -322,7 +322,7 @@ async def test_as_observer_it_receives_the_aggregators_metrics(secured_nats: Emb
             await aggregator.publish(
                 subjects.metrics(BERT), msgpack.packb(metrics_payload(averages={"gpu_util": 64.0}))
             )
-            await aggregator.flush()
+            await natsio.flush(aggregator)
             await eventually(
                 lambda: scaler.counter("gpuscale_messages_in_total", kind="metrics") > before,
                 what="the metrics",

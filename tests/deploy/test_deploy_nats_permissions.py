@@ -26,8 +26,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RePublish, StreamConfig
 
+from gpuscale import natsio, subjects
 from gpuscale import settings as settings_mod
-from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats, find_binary
 from gpuscale.natsio import (
     NotSetUp,
@@ -165,7 +165,7 @@ async def test_each_role_publishes_only_its_own_family(login: Login, role: str) 
             sentinel.set()
 
     await observer.nc.subscribe("gpuscale.v1.>", cb=on_message)
-    await observer.nc.flush()
+    await natsio.flush(observer.nc)
 
     publisher: Session = await login(role)
     for subject in FAMILY_SUBJECTS.values():
@@ -173,7 +173,7 @@ async def test_each_role_publishes_only_its_own_family(login: Login, role: str) 
     # One connection's messages arrive in order: once the sentinel is in, so is anything allowed before it.
     own = {FAMILY_SUBJECTS[family] for family in OWN_FAMILIES[role]}
     await publisher.nc.publish(FAMILY_SUBJECTS[OWN_FAMILIES[role][0]], b"sentinel")
-    await publisher.nc.flush()
+    await natsio.flush(publisher.nc)
     await asyncio.wait_for(sentinel.wait(), 10)
 
     delivered = {subject for subject, data in seen if data == b"probe"}
@@ -185,7 +185,7 @@ async def test_each_role_publishes_only_its_own_family(login: Login, role: str) 
 async def test_a_collector_cannot_publish_below_a_node_token(login: Login) -> None:
     collector: Session = await login("collector")
     await collector.nc.publish(FAMILY_SUBJECTS["samples"] + ".extra", b"probe")
-    await collector.nc.flush()
+    await natsio.flush(collector.nc)
     (error,) = await collector.permission_errors(1)
     assert "samples.gpu-node-1.extra" in error
 
@@ -195,7 +195,7 @@ async def test_the_observer_and_setup_publish_on_no_gpuscale_subject(login: Logi
         session: Session = await login(role)
         for subject in FAMILY_SUBJECTS.values():
             await session.nc.publish(subject, b"probe")
-        await session.nc.flush()
+        await natsio.flush(session.nc)
         assert len(await session.permission_errors(len(FAMILY_SUBJECTS))) == len(FAMILY_SUBJECTS)
 
 
@@ -203,14 +203,14 @@ async def test_the_observer_reads_everything_and_publishes_nothing(login: Login)
     observer: Session = await login("observer")
     for subject in FAMILY_SUBJECTS.values():
         await observer.nc.publish(subject, b"probe")
-    await observer.nc.flush()
+    await natsio.flush(observer.nc)
     assert len(await observer.permission_errors(len(FAMILY_SUBJECTS))) == len(FAMILY_SUBJECTS)
 
 
 async def test_roles_cannot_subscribe_to_what_they_do_not_consume(login: Login) -> None:
     collector: Session = await login("collector")
     await collector.nc.subscribe(subjects.DECISIONS_ALL)
-    await collector.nc.flush()
+    await natsio.flush(collector.nc)
     (error,) = await collector.permission_errors(1)
     assert "subscription" in error
 
@@ -223,10 +223,10 @@ async def test_the_aggregator_hears_the_decider_s_windows(login: Login) -> None:
         got.set()
 
     await aggregator.nc.subscribe(subjects.WINDOWS_ALL, cb=on_window)
-    await aggregator.nc.flush()
+    await natsio.flush(aggregator.nc)
     decider: Session = await login("decider")
     await decider.nc.publish(FAMILY_SUBJECTS["windows"], b"window")
-    await decider.nc.flush()
+    await natsio.flush(decider.nc)
     await asyncio.wait_for(got.wait(), 10)
     assert [e for e in aggregator.errors if "permissions violation" in e] == []
 
@@ -304,7 +304,7 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
     # ... and shadow mode's advice: a plain publish the advice stream keeps, read by the observer
     await declare_stream(decider_js, subjects.ADVICE)
     await decider.nc.publish(FAMILY_SUBJECTS["advice"], b"advice-1")
-    await decider.nc.flush()
+    await natsio.flush(decider.nc)
     observer_js = (await login("observer")).nc.jetstream(timeout=5)
 
     async def advice_kept() -> bool:
@@ -332,7 +332,7 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
     await declare_stream(aggregator_js, subjects.samples_stream(60.0))
     for i in range(3):
         await collector.nc.publish(FAMILY_SUBJECTS["samples"], f"batch-{i}".encode())
-    await collector.nc.flush()
+    await natsio.flush(collector.nc)
     replay = await aggregator_js.subscribe(
         subjects.SAMPLES_ALL, stream=subjects.SAMPLES_STREAM, ordered_consumer=True
     )
@@ -361,7 +361,7 @@ async def test_the_actuator_cannot_touch_the_samples_stream(login: Login) -> Non
     actuator: Session = await login("actuator")
     await actuator.nc.publish(f"$JS.API.STREAM.DELETE.{subjects.DECISIONS_STREAM}", b"")
     await actuator.nc.publish(f"$JS.API.CONSUMER.CREATE.{subjects.SAMPLES_STREAM}", b"{}")
-    await actuator.nc.flush()
+    await natsio.flush(actuator.nc)
     assert len(await actuator.permission_errors(2)) == 2
 
 
@@ -375,12 +375,12 @@ async def test_no_role_may_read_another_roles_replies(login: Login, role: str) -
     for other in others:
         await session.nc.subscribe(f"{inbox_prefix(other)}.>")
     await session.nc.subscribe("_INBOX.>")
-    await session.nc.flush()
+    await natsio.flush(session.nc)
     denied = await session.permission_errors(len(others) + 1)
     assert len(denied) == len(others) + 1
     # ... and its own inbox is where its JetStream API answers arrive.
     await session.nc.subscribe(f"{inbox_prefix(role)}.>")
-    await session.nc.flush()
+    await natsio.flush(session.nc)
     assert len(await session.permission_errors(len(others) + 1)) == len(others) + 1
 
 
@@ -396,7 +396,7 @@ async def test_the_collector_cannot_read_the_desired_counts_the_actuator_watches
 
     await collector.nc.subscribe("_INBOX.>", cb=on_reply)
     await collector.nc.subscribe(f"{inbox_prefix('actuator')}.>", cb=on_reply)
-    await collector.nc.flush()
+    await natsio.flush(collector.nc)
     assert len(await collector.permission_errors(2)) == 2
 
     decider: Session = await login("decider")
@@ -409,7 +409,7 @@ async def test_the_collector_cannot_read_the_desired_counts_the_actuator_watches
     assert entry is not None
     assert entry.value == b"tenant-a-desired"
     await watched.stop()
-    await collector.nc.flush()  # anything routed to the collector is in before its PONG
+    await natsio.flush(collector.nc)  # anything routed to the collector is in before its PONG
     assert overheard == []
 
 
@@ -419,7 +419,7 @@ async def test_only_the_decider_writes_a_desired_count(login: Login) -> None:
     for role in ("collector", "aggregator", "actuator", "observer", "setup"):
         session: Session = await login(role)
         await session.nc.publish(f"$KV.{subjects.DESIRED_BUCKET}.{subjects.desired_key(KEY)}", b"10")
-        await session.nc.flush()
+        await natsio.flush(session.nc)
         assert len(await session.permission_errors(1)) == 1, role
 
 
@@ -432,15 +432,15 @@ async def test_no_role_may_publish_into_the_actuators_inbox(login: Login) -> Non
 
     inbox = f"{inbox_prefix('actuator')}.pull"
     await actuator.nc.subscribe(inbox, cb=on_msg)
-    await actuator.nc.flush()
+    await natsio.flush(actuator.nc)
     for role in ROLES:
         if role == "actuator":
             continue
         session: Session = await login(role)
         await session.nc.publish(inbox, b"junk")
-        await session.nc.flush()
+        await natsio.flush(session.nc)
         (denied,) = await session.permission_errors(1)
         assert inbox.lower() in denied, role
-    await actuator.nc.flush()
+    await natsio.flush(actuator.nc)
     # The server refused every publish before the errors above came back: nothing is on its way.
     await holds_for(lambda: arrived == [], 0.2, "nothing arrived in the actuator's inbox")

@@ -19,7 +19,7 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 from gpuscale.natsio import declare_stream, headers_msg_id
 
 from ..waiting import eventually
@@ -61,7 +61,7 @@ async def observe(world: NodeAuthWorld) -> tuple[Session, list[tuple[str, bytes]
         seen.append((msg.subject, msg.data))
 
     await observer.nc.subscribe("gpuscale.v1.>", cb=on_message)
-    await observer.nc.flush()
+    await natsio.flush(observer.nc)
     return observer, seen
 
 
@@ -92,7 +92,7 @@ async def test_a_collector_publishes_its_own_nodes_samples_and_nothing_else(
     for subject in forbidden:
         await collector.nc.publish(subject, b"forged")
     await collector.nc.publish(subjects.samples(NODE_A), b"own")
-    await collector.nc.flush()
+    await natsio.flush(collector.nc)
 
     await eventually(lambda: (subjects.samples(NODE_A), b"own") in seen, what="its own sample delivered")
     await eventually(lambda: len(collector.violations()) >= len(forbidden), what="a violation per forgery")
@@ -108,7 +108,7 @@ async def test_a_collector_cannot_read_the_pipeline(world: NodeAuthWorld, auth: 
     collector = await world.login(token=world.token("collector-a"))
     await collector.nc.subscribe(subjects.SAMPLES_ALL)
     await collector.nc.subscribe(subjects.DECISIONS_ALL)
-    await collector.nc.flush()
+    await natsio.flush(collector.nc)
     await eventually(lambda: len(collector.violations()) >= 2, what="two subscription violations")
     assert all("subscription" in v for v in collector.violations())
 
@@ -122,11 +122,11 @@ async def test_a_node_user_reads_no_inbox_not_even_its_own(
     collector = await world.login(token=world.token("collector-a"))
     for inbox in ("_INBOX.>", "_INBOX.actuator.>", "_INBOX.collector.>", ">"):
         await collector.nc.subscribe(inbox)
-    await collector.nc.flush()
+    await natsio.flush(collector.nc)
     await eventually(lambda: len(collector.violations()) >= 4, what="four subscription violations")
     assert all("subscription" in v for v in collector.violations())
     await collector.nc.publish(subjects.samples(NODE_A), b"still-publishes")
-    await collector.nc.flush()
+    await natsio.flush(collector.nc)
     assert len(collector.violations()) == 4
 
 
@@ -137,8 +137,8 @@ async def test_each_node_gets_its_own_user(world: NodeAuthWorld, auth: RunningNa
     await a.nc.publish(subjects.samples(NODE_A), b"from-a")
     await b.nc.publish(subjects.samples(NODE_B), b"from-b")
     await b.nc.publish(subjects.samples(NODE_A), b"b-forging-a")
-    await a.nc.flush()
-    await b.nc.flush()
+    await natsio.flush(a.nc)
+    await natsio.flush(b.nc)
     await eventually(lambda: len([d for _, d in seen if d.startswith(b"from-")]) == 2, what="both samples")
     await eventually(lambda: b.violations(), what="b's forgery refused")
     assert (subjects.samples(NODE_A), b"b-forging-a") not in seen
@@ -154,7 +154,7 @@ async def test_the_node_comes_from_the_pod_where_tokens_do_not_name_it(tmp_path:
             collector = await world.login(token=world.token("collector-b"))
             await collector.nc.publish(subjects.samples(NODE_A), b"x")
             await collector.nc.publish(subjects.samples(NODE_B), b"x")
-            await collector.nc.flush()
+            await natsio.flush(collector.nc)
             (violation,) = await eventually(collector.violations, what="the other node refused")
             assert subjects.samples(NODE_A) in violation.lower()
             assert auth.metric("gpuscale_nats_auth_authorized_total") == 1
@@ -221,7 +221,7 @@ async def test_the_other_roles_log_in_with_their_passwords_without_the_callout(
     session = await world.login(role=role)
     await session.nc.publish(own, b"own")
     await session.nc.publish(subjects.samples(NODE_A), b"forged")
-    await session.nc.flush()
+    await natsio.flush(session.nc)
     await eventually(lambda: (own, b"own") in seen, what=f"{role}'s own message")
     await eventually(session.violations, what=f"{role} may not publish samples")
     if (
@@ -249,7 +249,7 @@ async def test_without_nats_auth_new_collectors_are_refused_and_connected_ones_s
     assert "Authorization Violation" in await refused_at_connect(world, token=world.token("collector-b"))
     assert time.monotonic() - started < 10
     await connected.nc.publish(subjects.samples(NODE_A), b"still-here")
-    await connected.nc.flush()
+    await natsio.flush(connected.nc)
     await eventually(
         lambda: (subjects.samples(NODE_A), b"still-here") in seen, what="the old login still works"
     )

@@ -22,7 +22,7 @@ import nats
 import pytest
 from kubernetes_asyncio.client import AppsV1Api
 
-from gpuscale import codec, subjects
+from gpuscale import codec, natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.kube import new_api_client
 from gpuscale_cli.demo.processes import ProcessGroup
@@ -190,7 +190,7 @@ async def test_the_services_scale_with_only_the_permissions_deploy_grants(
 
     probe = await nats.connect(_url(server, "collector"), error_cb=ignore, allow_reconnect=False)
     await probe.publish(subjects.decisions(subjects.WorkloadKey("probe", "Deployment", "probe")), b"x")
-    await probe.flush()
+    await natsio.flush(probe)
     await probe.close()
 
     async def probe_logged() -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale_kubesim import KubeSim
@@ -142,7 +142,7 @@ async def test_a_flood_on_every_subject_neither_blinds_nor_steers(
                     lambda: replicas(kube_sim, "bert") == 2, timeout_s=60, what="bert scaled to 2"
                 )
             assert sent[0] > 2500  # a few exceed max_payload and never leave the client
-            await nats_client.flush()
+            await natsio.flush(nats_client)
             services = {"aggregator": aggregator.ctx, "decider": decider.ctx, "actuator": actuator.ctx}
             assert not decider.task.done()
             assert not actuator.task.done()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale.wire import WorkloadMetrics
@@ -49,7 +49,7 @@ class Aggregator:
         while not self.stop.is_set():
             if self.build is not None:
                 await self.nc.publish(subjects.metrics(KEY), pack(self.build(time.time())))
-                await self.nc.flush()
+                await natsio.flush(self.nc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), 0.2)
 

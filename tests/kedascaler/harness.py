@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import msgpack  # the wire contract's bytes, written independently of gpuscale.codec
 
+from gpuscale import natsio
 from gpuscale import settings as settings_mod
 from gpuscale.natsio import NATS
 from gpuscale.runtime import ServiceContext, run_async
@@ -76,7 +77,7 @@ def subject_of(payload: Any) -> str:
 async def publish(nc: NATS, payload: Any, subject: str | None = None) -> None:
     data = payload if isinstance(payload, bytes) else msgpack.packb(payload, use_bin_type=True)
     await nc.publish(subject or subject_of(payload), data)
-    await nc.flush()
+    await natsio.flush(nc)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 import nats
 import pytest
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 
 from ..deploy.node_auth_support import (
     AUDIENCE,
@@ -108,7 +108,7 @@ async def test_made_up_repeated_and_forged_tokens_cost_at_most_the_rate(world: N
 
         # The collector logged in before all this never noticed.
         await connected.nc.publish(subjects.samples(NODES[0]), b"still-here")
-        await connected.nc.flush()
+        await natsio.flush(connected.nc)
         assert connected.nc.is_connected
         assert connected.violations() == []
 

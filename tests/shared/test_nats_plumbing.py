@@ -16,8 +16,8 @@ from gpuscale.natsio import (
     connect,
     drain,
     ensure_kv,
-    flush,
     ensure_stream,
+    flush,
     headers_msg_id,
     is_connected,
     jetstream,
@@ -67,7 +67,7 @@ async def test_subscription_survives_a_server_restart_on_the_same_port(nats_serv
     async def routed() -> bool:
         # The re-subscription reaches the server shortly after the reconnect.
         await publisher.publish("t.after", b"2")
-        await publisher.flush()
+        await flush(publisher)
         return b"2" in got
 
     await eventually(routed, what="a message on the old subscription")
