@@ -288,59 +288,61 @@ async def connect(
     attempt = 0
     first_failure: float | None = None
     last_said = 0.0
-    while True:
-        try:
-            # One pass per call: nats-py's own first-connect retries never see ``stop``;
-            # reconnects are switched on once connected.
-            await nc.connect(
-                servers=list(servers),
-                name=name,
-                allow_reconnect=False,
-                max_reconnect_attempts=1,  # nats-py's default (60) keeps one call busy for a minute
-                reconnect_time_wait=reconnect_wait_s,  # type: ignore[arg-type]  # nats-py accepts float seconds; its hint says int
-                connect_timeout=2,
-                ping_interval=5,
-                max_outstanding_pings=3,
-                user_credentials=creds,
-                token=token,
-                tls=_tls_context(tls_ca),
-                disconnected_cb=disconnected_cb,
-                reconnected_cb=reconnected_cb,
-                error_cb=error_cb,
-                closed_cb=closed_cb,
-                pending_size=64 * 1024 * 1024,
-                inbox_prefix=inbox,
-            )
-            break
-        except Exception as e:
-            attempt += 1
-            # A refused connect is cheap: retry within 2 s, as nats-py's own loop did, so a
-            # service started before NATS is on it within moments of NATS coming up.
-            delay = min(reconnect_wait_s * attempt, 2.0)
-            problem = classify_connect_error(e, connect_errors[0] if connect_errors else nc.last_error)
-            _waiting_for[metrics.service] = problem.line(servers)
-            now = time.monotonic()
-            if first_failure is None:
-                first_failure = now
-            if attempt == 1 or now - last_said >= WAITING_LOG_EVERY_S:
-                last_said = now
-                log.warning(
-                    "nats_connect_failed" if attempt == 1 else "nats_still_waiting",
-                    attempt=attempt,
-                    waiting_s=round(now - first_failure),
-                    retry_in_s=delay,
-                    cause=problem.cause,
-                    error=problem.detail,
-                    remedy=problem.remedy,
+    try:
+        while True:
+            try:
+                # One pass per call: nats-py's own first-connect retries never see ``stop``;
+                # reconnects are switched on once connected.
+                await nc.connect(
+                    servers=list(servers),
+                    name=name,
+                    allow_reconnect=False,
+                    max_reconnect_attempts=1,  # nats-py's default (60) keeps one call busy for a minute
+                    reconnect_time_wait=reconnect_wait_s,  # type: ignore[arg-type]  # nats-py accepts float seconds; its hint says int
+                    connect_timeout=2,
+                    ping_interval=5,
+                    max_outstanding_pings=3,
+                    user_credentials=creds,
+                    token=token,
+                    tls=_tls_context(tls_ca),
+                    disconnected_cb=disconnected_cb,
+                    reconnected_cb=reconnected_cb,
+                    error_cb=error_cb,
+                    closed_cb=closed_cb,
+                    pending_size=64 * 1024 * 1024,
+                    inbox_prefix=inbox,
                 )
-            if stop is not None and stop.is_set():
-                raise
-            if stop is None:
-                await asyncio.sleep(delay)
-            elif await sleep_unless_stopped(stop, delay):
-                raise
-            nc = NATS()
-    _waiting_for.pop(metrics.service, None)
+                break
+            except Exception as e:
+                attempt += 1
+                # A refused connect is cheap: retry within 2 s, as nats-py's own loop did, so a
+                # service started before NATS is on it within moments of NATS coming up.
+                delay = min(reconnect_wait_s * attempt, 2.0)
+                problem = classify_connect_error(e, connect_errors[0] if connect_errors else nc.last_error)
+                _waiting_for[metrics.service] = problem.line(servers)
+                now = time.monotonic()
+                if first_failure is None:
+                    first_failure = now
+                if attempt == 1 or now - last_said >= WAITING_LOG_EVERY_S:
+                    last_said = now
+                    log.warning(
+                        "nats_connect_failed" if attempt == 1 else "nats_still_waiting",
+                        attempt=attempt,
+                        waiting_s=round(now - first_failure),
+                        retry_in_s=delay,
+                        cause=problem.cause,
+                        error=problem.detail,
+                        remedy=problem.remedy,
+                    )
+                if stop is not None and stop.is_set():
+                    raise
+                if stop is None:
+                    await asyncio.sleep(delay)
+                elif await sleep_unless_stopped(stop, delay):
+                    raise
+                nc = NATS()
+    finally:
+        _waiting_for.pop(metrics.service, None)  # connected, stopped or cancelled: no longer waiting
     nc.options["allow_reconnect"] = True
     nc.options["max_reconnect_attempts"] = -1  # forever: a service outlives any NATS outage
     state["was_connected"] = True

@@ -114,3 +114,16 @@ async def test_a_service_waiting_for_nats_says_why_in_readiness_and_again_in_its
     assert PASSWORD not in repr(logs)
     # The per-attempt nats-py errors are not logged beside it, once per kind, before the first connect.
     assert not [e for e in logs if e["event"] == "nats_error"]
+
+
+async def test_a_connect_loop_that_stops_leaves_no_reason_behind() -> None:
+    # Readiness shows why a service is waiting only while it waits: a stopped loop's stale
+    # reason would be shown for another connect in the same process.
+    stop = asyncio.Event()
+    url = f"nats://127.0.0.1:{closed_port()}"
+    task = asyncio.create_task(connect([url], ServiceMetrics("stops-test"), name="stops", stop=stop))
+    await eventually(lambda: natsio.waiting_reason("stops-test"), what="a reason while waiting")
+    stop.set()
+    with contextlib.suppress(Exception):
+        await task
+    assert natsio.waiting_reason("stops-test") is None
