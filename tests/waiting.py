@@ -73,23 +73,6 @@ async def holds_for(check: Callable[[], Any], duration_s: float, what: str = "pr
         await asyncio.sleep(POLL_S)
 
 
-async def settled(
-    value: Callable[[], T], quiet_s: float, timeout_s: float = DEFAULT_TIMEOUT_S, what: str = "value"
-) -> T:
-    """``value()`` once it has not changed for ``quiet_s``: a baseline that work still
-    in flight (an earlier step's writes) cannot move after it is read."""
-    deadline = time.monotonic() + timeout_s
-    last, since = value(), time.monotonic()
-    while time.monotonic() - since < quiet_s:
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} did not settle within {timeout_s:.0f} s (last {last!r})")
-        await asyncio.sleep(POLL_S)
-        now = value()
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
-
-
 def sample_value(registry: Any, name: str, **labels: str) -> float:
     """A Prometheus sample's value, 0 when the series does not exist yet."""
     value = registry.get_sample_value(name, labels)
