@@ -454,10 +454,14 @@ async def flush(nc: NATS, timeout_s: float = 10.0) -> None:
     ``flush`` does (``FlushTimeoutError`` after ``timeout_s``, 10 s as nats-py's)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    before = nc.pending_data_size
     await asyncio.sleep(0)  # the flusher's turn
-    while nc.pending_data_size and nc.is_connected:
+    # The buffer only grows until the flusher writes it all: a smaller one has been written
+    # (other tasks may keep publishing, so it need not reach 0).
+    while before and nc.is_connected and nc.pending_data_size >= before:
         if loop.time() >= deadline:
             raise nats_errors.FlushTimeoutError
+        before = nc.pending_data_size
         await asyncio.sleep(0.001)
     await nc.flush(timeout=max(deadline - loop.time(), 0.001))  # type: ignore[arg-type]  # nats-py takes float seconds; its hint says int
 

@@ -207,3 +207,28 @@ async def test_a_flush_returns_once_the_server_has_counted_what_was_published_be
             assert await asyncio.to_thread(_messages_in, nats_server, "flush-order") == 8 * round_
     finally:
         await drain(nc)
+
+
+async def test_a_flush_returns_while_another_task_keeps_publishing(nats_server: EmbeddedNats) -> None:
+    # The client's buffer never empties while others publish: a flush still ends, and covers
+    # what was published before it.
+    nc = await connect([nats_server.url], ServiceMetrics("test"), name="flush-busy")
+    stop = asyncio.Event()
+
+    async def chatter() -> None:
+        while not stop.is_set():
+            await nc.publish("t.chatter", b"y" * 1_000)
+            await asyncio.sleep(0)
+
+    busy = asyncio.create_task(chatter())
+    try:
+        await asyncio.sleep(0.1)
+        counted_before = await asyncio.to_thread(_messages_in, nats_server, "flush-busy")
+        for _ in range(8):
+            await nc.publish("t.flush", b"x" * 1_000_000)
+        await flush(nc, 5.0)  # a wait for an empty buffer would time out here
+        assert await asyncio.to_thread(_messages_in, nats_server, "flush-busy") >= counted_before + 8
+    finally:
+        stop.set()
+        await busy
+        await drain(nc)
