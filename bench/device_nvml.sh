@@ -21,15 +21,7 @@ PY="${PYTHON:-python3}"
 mkdir -p "$OUT" || exit 1
 : >"$OUT/steps.txt"
 
-step() { # step SECONDS NAME COMMAND...: run with a timeout, output to $OUT/NAME.txt
-    local secs=$1 name=$2
-    shift 2
-    local started=$SECONDS
-    timeout -s INT -k 5 "$secs" "$@" >"$OUT/$name.txt" 2>&1
-    local rc=$?
-    echo "$name rc=$rc ${secs}s-limit took=$((SECONDS - started))s" >>"$OUT/steps.txt"
-    return 0
-}
+. bench/device_step.sh
 
 if compgen -G '.whl/*.whl' >/dev/null; then
     if [ ! -e /tmp/site/msgspec ]; then # the caller has not installed them

@@ -22,15 +22,7 @@ SITE="${SITE:-/tmp/site}"
 mkdir -p "$OUT" || exit 1
 : >"$OUT/steps.txt"
 
-step() { # step SECONDS NAME COMMAND...: run with a timeout, output to $OUT/NAME.txt
-    local secs=$1 name=$2
-    shift 2
-    local started=$SECONDS
-    timeout -s INT -k 10 "$secs" "$@" >"$OUT/$name.txt" 2>&1
-    local rc=$?
-    echo "$name rc=$rc ${secs}s-limit took=$((SECONDS - started))s" >>"$OUT/steps.txt"
-    return 0
-}
+. bench/device_step.sh
 
 if compgen -G '.whl/*.whl' >/dev/null; then
     step 60 pip-install "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
