@@ -40,6 +40,7 @@ from gpuscale.natsio import (
     stream_config,
 )
 from gpuscale_cli import setup as setup_app
+from gpuscale_decider.sources import MARKER_KEEP_S, Retirement
 
 from ..waiting import eventually, holds_for
 from .deploy_support import NATS_AUTH_CONF, NATS_MAIN_CONF, command_options, nats_roles
@@ -326,6 +327,12 @@ async def test_each_roles_jetstream_work_goes_through(login: Login) -> None:
     assert entry.value == b"desired-1"
     await watched.stop()
     await actuator.nc.publish(FAMILY_SUBJECTS["actions"], b"applied")
+    # ... and the decider removes a retired workload's entries, their purge markers after them
+    retirement = Retirement(decider_js, subjects.DESIRED_BUCKET, bucket)
+    await retirement.retire(KEY, 0.0)
+    await retirement.sweep(MARKER_KEEP_S)
+    for stream in (subjects.DESIRED.stream, subjects.decider_state(bucket).stream):
+        assert (await decider_js.stream_info(stream)).state.messages == 0
 
     # aggregator: the samples replay stream, filled by plain collector publishes
     aggregator_js = aggregator.nc.jetstream(timeout=5)

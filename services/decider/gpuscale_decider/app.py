@@ -34,7 +34,7 @@ from gpuscale_decider.decider import Decider
 from gpuscale_decider.kubeio import ConflictFinder, EventWriter, GPUScalerWatcher, StatusWriter
 from gpuscale_decider.pods import PodCache
 from gpuscale_decider.settings import DeciderSettings
-from gpuscale_decider.sources import KubeScaleSource, KvStateStore
+from gpuscale_decider.sources import KubeScaleSource, KvStateStore, Retirement
 
 SERVICE = "decider"
 
@@ -168,6 +168,7 @@ async def serve(ctx: ServiceContext, on_decider: Callable[[Decider], None] | Non
         events=event_writer,
         publish_advice=publish_advice,
         publish_window=publish_window,
+        retirement=Retirement(js, subjects.DESIRED.bucket, s.state_bucket),
         is_leader=is_leader,
         config=Config(convergence_grace_s=s.actuation_timeout, max_metrics_age_s=s.max_metrics_age),
     )

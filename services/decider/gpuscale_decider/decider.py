@@ -38,13 +38,14 @@ from gpuscale_decider.intake import Intake
 from gpuscale_decider.metrics import (
     STAGE_ACTION,
     STAGE_MESSAGE,
+    STAGE_RETIRE,
     STAGE_SAVE,
     STAGE_TICK,
     STAGE_WINDOW,
     DeciderMetrics,
 )
 from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, Registry, StatusSink, Workload
-from gpuscale_decider.sources import PodSource, ScaleSource, StateStore
+from gpuscale_decider.sources import PodSource, Retirement, ScaleSource, StateStore
 from gpuscale_decider.windows import PublishWindow, WindowRequester
 from gpuscale_decider.windows import nowhere as no_aggregator
 
@@ -67,6 +68,7 @@ class Decider:
         events: EventSink | None = None,
         publish_advice: Publish | None = None,
         publish_window: PublishWindow | None = None,
+        retirement: Retirement | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         config: Config = Config(),  # noqa: B008 - a frozen value, never mutated
@@ -75,6 +77,7 @@ class Decider:
         self.m = DeciderMetrics(metrics)
         self.scales, self.pods, self.store, self.publish = scales, pods, store, publish
         self.status = status or NoStatus()
+        self.retirement = retirement
         self.events = events or NoEvents()
         self.is_leader = is_leader
         self.clock = clock
@@ -84,6 +87,7 @@ class Decider:
         self._saves_failing = LogThrottle()
         self._save_failed_at: WorkloadKey | None = None  # the next flush starts after it
         self._sending: set[asyncio.Task[None]] = set()
+        self._retiring: asyncio.Task[None] | None = None
         self.intake = Intake(metrics)
         self.advisor = Advisor(metrics, self.m, publish_advice or nowhere)
         self.windows = WindowRequester(
@@ -334,13 +338,42 @@ class Decider:
         """Re-evaluate workloads that got no metrics for a while, and save changed state."""
         self.intake.clock_watch.check()
         if not self.is_leader():
+            self.registry.retired.clear()  # the leader removes their entries
             return
         now = self.clock()
+        if self.registry.retired or (self.retirement is not None and self.retirement.markers):
+            self._retire_in_background(now)
         await self.windows.tick(list(self.workloads.values()), now)
         for w in list(self.workloads.values()):
             if due(w.last_evaluated, now, interval_s):
                 await self.evaluate(w, now, STAGE_TICK)
         await self.flush()
+
+    def _retire_in_background(self, now: float) -> None:
+        """One retirement at a time, beside the evaluations: a slow or refused purge delays none."""
+        if self._retiring is None or self._retiring.done():
+            self._retiring = asyncio.create_task(self.retire(now))
+            self._sending.add(self._retiring)
+            self._retiring.add_done_callback(self._sending.discard)
+
+    async def retire(self, now: float) -> None:
+        """Remove the entries of workloads no GPUScaler targets any more (:class:`Retirement`);
+        one that fails stays, as every entry did before."""
+        retired, self.registry.retired = self.registry.retired, {}
+        for ref in retired.values():
+            self.scales.forget(ref)
+        if self.retirement is None:
+            return
+        try:
+            for key in retired:
+                if key not in self.workloads:
+                    await self.retirement.retire(key, now)
+            await self.retirement.sweep(now)
+        except Exception as e:  # noqa: BLE001 - NATS away: the entries stay, the tick goes on
+            self.m.evaluation_errors.labels(stage=STAGE_RETIRE).inc()
+            held = self._saves_failing.allow("retire", type(e).__name__)
+            if held is not None:
+                self.log.warning("retire_failed", error=_error_text(e), suppressed=held)
 
     async def flush(self) -> None:
         """Save what changed. A failed save ends the round (one timeout per tick); the next

@@ -18,7 +18,8 @@ STAGE_TICK = "tick"  # evaluating on the tick
 STAGE_WINDOW = "window_request"
 STAGE_ACTION = "action_report"
 STAGE_SAVE = "state_save"
-STAGES = (STAGE_MESSAGE, STAGE_TICK, STAGE_WINDOW, STAGE_ACTION, STAGE_SAVE)
+STAGE_RETIRE = "retire"  # removing what a workload no GPUScaler targets left in the buckets
+STAGES = (STAGE_MESSAGE, STAGE_TICK, STAGE_WINDOW, STAGE_ACTION, STAGE_SAVE, STAGE_RETIRE)
 
 
 class _WorkloadSeries:
@@ -199,6 +200,9 @@ class DeciderMetrics:
         for gauge in (self.replicas_current, self.replicas_desired, self.replicas_min, self.replicas_max):
             with contextlib.suppress(KeyError):
                 gauge.remove(*values)
+        for direction in ("up", "down"):  # else every target a GPUScaler ever named keeps a series
+            with contextlib.suppress(KeyError):
+                self.workload_decisions.remove(*values, direction)
         for metric in metrics:
             for gauge in (self.metric_value, self.metric_target):
                 with contextlib.suppress(KeyError):

@@ -96,6 +96,8 @@ class Registry:
         self.reported: dict[tuple[str, str], dict[str, Any]] = {}  # statuses of the ones not acted on
         self.duplicates: dict[tuple[str, str], GPUScaler] = {}
         self.conflicts: dict[WorkloadKey, str] = {}
+        # Workloads no GPUScaler targets any more, and their targets: the leader's tick removes their entries.
+        self.retired: dict[WorkloadKey, ScaleTargetRef] = {}
         self._once = OncePerKey()
         self.log = get_logger(component="decider")
 
@@ -147,6 +149,7 @@ class Registry:
                 scaler, key, scale_ref(scaler), status_seen=status, conflict=self.conflicts.get(key)
             )
             self.by_name[name] = key
+            self.retired.pop(key, None)
             self.log.info("policy_loaded", gpuscaler=scaler.key, target=str(key))
         self._count()
 
@@ -194,6 +197,8 @@ class Registry:
                     self.duplicates.pop(dup_name)
                     self.upsert_policy(dup)
                     break
+            if removed is not None and key not in self.workloads:
+                self.retired[key] = removed.ref
         self._count()
 
     def set_conflicts(self, conflicts: Mapping[WorkloadKey, str]) -> None:

@@ -7,15 +7,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Final, Protocol
 
 from kubernetes_asyncio.client import ApiClient
+from nats.js import JetStreamContext
+from nats.js.api import Header
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_OP, KV_PURGE, MSG_ROLLUP_SUBJECT, KeyValue
 
 from gpuscale.clocks import due
 from gpuscale.kube import ScaleClient, ScaleState, ScaleTargetRef
-from gpuscale.subjects import WorkloadKey, escape_token
+from gpuscale.subjects import WorkloadKey, desired_key, escape_token
 from gpuscale_decider.core.replicas import Phase, PodView
 from gpuscale_decider.core.state import ScalerState
 
@@ -151,3 +153,39 @@ class KvStateStore:
 
     async def save(self, key: WorkloadKey, state: ScalerState) -> None:
         await self.kv.put(state_key(key), json.dumps(state.to_dict(), separators=(",", ":")).encode())
+
+
+# A retired entry's purge marker stays this long, so that the actuator's watch sees its count go.
+MARKER_KEEP_S: Final = 600.0
+
+
+class Retirement:
+    """The desired count and state of a workload no GPUScaler targets any more, removed in two
+    steps: a purge marker at once (the actuator drops the count), the marker MARKER_KEEP_S later.
+    Kept, every target one team ever named holds bytes until the full buckets refuse every
+    other team's new workloads (JetStream's KV discards new keys, not old ones)."""
+
+    def __init__(self, js: JetStreamContext, desired_bucket: str, state_bucket: str) -> None:
+        self.js = js
+        self.buckets = (desired_bucket, state_bucket)
+        # key -> when its markers were written and where (stream, subject, sequence): oldest first.
+        self.markers: dict[WorkloadKey, tuple[float, list[tuple[str, str, int]]]] = {}
+
+    async def retire(self, key: WorkloadKey, now: float) -> None:
+        written = []
+        for bucket, name in zip(self.buckets, (desired_key(key), state_key(key)), strict=True):
+            subject = f"$KV.{bucket}.{name}"
+            ack = await self.js.publish(subject, headers={KV_OP: KV_PURGE, Header.ROLLUP: MSG_ROLLUP_SUBJECT})
+            written.append((f"KV_{bucket}", subject, ack.seq))
+        self.markers.pop(key, None)
+        self.markers[key] = (now, written)
+
+    async def sweep(self, now: float) -> None:
+        """Remove the markers MARKER_KEEP_S old: up to their own sequence, never a later value."""
+        while self.markers:
+            key, (at, written) = next(iter(self.markers.items()))
+            if now - at < MARKER_KEEP_S:
+                return
+            del self.markers[key]
+            for stream, subject, seq in written:
+                await self.js.purge_stream(stream, seq=seq + 1, subject=subject)
