@@ -4,7 +4,7 @@ the others. Our own adapters stand in for NATS (a state store, a window publishe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from structlog.testing import capture_logs
@@ -17,7 +17,7 @@ from gpuscale.wire import Decision, WindowRequest
 from gpuscale_decider import windows
 from gpuscale_decider.core.state import ScalerState
 from gpuscale_decider.decider import Decider
-from gpuscale_decider.sources import MemoryStateStore, StaticPods, StaticScaleSource
+from gpuscale_decider.sources import MemoryStateStore, Retirement, StaticPods, StaticScaleSource
 
 from ..waiting import sample_value
 
@@ -118,3 +118,37 @@ async def test_a_window_request_that_raises_for_one_workload_is_counted_and_the_
     assert [(e["stage"], e["gpuscaler"]) for e in failed] == [("window_request", "default/poisoned")]
     # Its evaluations go on: the window is not what decides.
     assert decider.workloads[key("poisoned")].last_evaluation is not None
+
+
+class FlakyRetirement(Retirement):
+    """Our adapter over JetStream's purges: refused once (NATS away), then done."""
+
+    def __init__(self) -> None:
+        super().__init__(cast(Any, None), "desired", "state")
+        self.refusals = 1
+        self.retired: list[WorkloadKey] = []
+
+    async def retire(self, key: WorkloadKey, now: float) -> None:
+        if self.refusals:
+            self.refusals -= 1
+            raise TimeoutError("nats away")
+        self.retired.append(key)
+
+    async def sweep(self, now: float) -> None:
+        return None
+
+
+async def test_retired_workloads_whose_entries_nats_refused_are_removed_on_the_next_try() -> None:
+    decider = make(MemoryStateStore())
+    retirement = FlakyRetirement()
+    decider.retirement = retirement
+    decider.registry.remove_policy("default", "alpha")
+    decider.registry.remove_policy("default", "beta")
+    with capture_logs() as logs:
+        await decider.retire(NOW)
+        assert set(decider.registry.retired) == {key("alpha"), key("beta")}  # neither lost
+        assert errors(decider, "retire") == 1
+        await decider.retire(NOW + 1)
+    assert set(retirement.retired) == {key("alpha"), key("beta")}
+    assert not decider.registry.retired
+    assert [e["event"] for e in logs if e.get("event") == "retire_failed"] == ["retire_failed"]

@@ -358,18 +358,22 @@ class Decider:
 
     async def retire(self, now: float) -> None:
         """Remove the entries of workloads no GPUScaler targets any more (:class:`Retirement`);
-        one that fails stays, as every entry did before."""
+        those not removed when NATS refuses are tried again on the next tick."""
         retired, self.registry.retired = self.registry.retired, {}
         for ref in retired.values():
             self.scales.forget(ref)
         if self.retirement is None:
             return
         try:
-            for key in retired:
+            while retired:
+                key = next(iter(retired))
                 if key not in self.workloads:
                     await self.retirement.retire(key, now)
+                del retired[key]
             await self.retirement.sweep(now)
-        except Exception as e:  # noqa: BLE001 - NATS away: the entries stay, the tick goes on
+        except Exception as e:  # noqa: BLE001 - NATS away: the rest are tried again on the next tick
+            for key, ref in retired.items():
+                self.registry.retired.setdefault(key, ref)
             self.m.evaluation_errors.labels(stage=STAGE_RETIRE).inc()
             held = self._saves_failing.allow("retire", type(e).__name__)
             if held is not None:
