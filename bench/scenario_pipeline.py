@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,10 @@ async def run_pipeline(
     POLL_S each (read in-process), and what each one's requests paid from ``measure_from`` on."""
     measure_from = measure_from or {}
     run_s = max(duration for _, duration in traces.values())
+    # A SIGTERM (kill, timeout) ends the run through its clean-ups, not around them: no orphans.
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     with EmbeddedNats(log_file=str(work / "nats-server.log")) as nats:
         async with KubeSim(
             port=0,

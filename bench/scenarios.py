@@ -194,9 +194,13 @@ def main() -> int:
     if not args.chain_only:
         work = Path(tempfile.mkdtemp(prefix="gpuscale-scenarios-"))
         print(f"gpuscale pipeline: logs in {work}", file=sys.stderr, flush=True)
-        pipeline, pipeline_paid = asyncio.run(
-            run_pipeline(traces, work, args.log_level, args.scale_down_window, measure_from)
-        )
+        try:
+            pipeline, pipeline_paid = asyncio.run(
+                run_pipeline(traces, work, args.log_level, args.scale_down_window, measure_from)
+            )
+        except asyncio.CancelledError:  # SIGTERM: the pipeline's processes are stopped
+            print("stopped (SIGTERM) before the end: nothing measured", file=sys.stderr)
+            return 143
 
     stabilization_s = (
         DEFAULT_SCALE_DOWN_WINDOW_S if args.scale_down_window is None else args.scale_down_window
