@@ -19,6 +19,7 @@ from gpuscale.natsio import NATS, NatsUnreachable, connect_once, drain, jetstrea
 from gpuscale.settings import CommonSettings, option, path, seconds
 from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.wire import Decision, SampleBatch, WireError, WorkloadMetrics
+from gpuscale_cli.shown import shown
 
 NODE_SAMPLES_HEARD = 5  # batches per node decoded for its clock offset
 COLUMNS = ("NAMESPACE", "NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "LAST DECISION")
@@ -103,21 +104,24 @@ def targets_text(view: WorkloadView) -> str:
 
 def render_table(views: list[WorkloadView], now: float) -> str:
     """Purely computational: the table as ``kubectl get`` prints it."""
-    rows = [COLUMNS]
+    rows: list[tuple[str, ...]] = [COLUMNS]
     for v in sorted(views, key=lambda v: (v.key.namespace, v.key.name)):
         last = "<none>"
         if v.decision is not None:
             last = f"{v.decision.from_replicas}→{v.decision.to_replicas} {_age(now - v.decision.ts)} ago: {v.decision.reason}"
         rows.append(
-            (
-                v.key.namespace,
-                v.scaler or v.key.name,
-                f"{v.key.kind}/{v.key.name}",
-                targets_text(v),
-                "<unset>" if v.min_replicas is None else str(v.min_replicas),
-                "<unset>" if v.max_replicas is None else str(v.max_replicas),
-                "<unknown>" if v.replicas is None else str(v.replicas),
-                last,
+            tuple(
+                shown(cell)
+                for cell in (
+                    v.key.namespace,
+                    v.scaler or v.key.name,
+                    f"{v.key.kind}/{v.key.name}",
+                    targets_text(v),
+                    "<unset>" if v.min_replicas is None else str(v.min_replicas),
+                    "<unset>" if v.max_replicas is None else str(v.max_replicas),
+                    "<unknown>" if v.replicas is None else str(v.replicas),
+                    last,
+                )
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS) - 1)]
