@@ -327,7 +327,7 @@ async def test_an_api_server_outage_delays_the_decision_but_does_not_lose_it(
     settings = settings_for(nats_server.url, kube_sim.kubeconfig_path)
     async with watch_actions(nats_client) as actions, running_actuator(settings) as actuator:
         await eventually(lambda: actuator.metric("gpuscale_actuator_leader") == 1, what="leadership")
-        kube_sim.faults.add("GET", r"/deployments/bert$", status=503, count=None)
+        kube_sim.faults.add("GET", r"/deployments/bert(/scale)?$", status=503, count=None)
         d = decision(from_=2, to=3)
         await publish(nats_client, d)
         await eventually(

@@ -12,7 +12,6 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 
 from gpuscale.kube import (
-    REPLICAS_IN_SPEC,
     Conflict,
     Forbidden,
     KubeError,
@@ -20,7 +19,6 @@ from gpuscale.kube import (
     ScaleClient,
     ScaleState,
     retry_with_backoff,
-    scale_state_from_object,
 )
 from gpuscale.leader import LeaderElector
 from gpuscale.logging import OncePerKey
@@ -63,8 +61,6 @@ class ScaleWriter:
         self.metrics = metrics
         self.log = log
         self.once = once
-        # (group, kind) whose objects RBAC lets us not read: /scale only.
-        self.scale_only: set[tuple[str, str]] = set()
 
     async def apply(self, desired: Decision) -> Result:
         """Bring the target's replicas to ``desired``: what happened, or RetryLater."""
@@ -113,24 +109,9 @@ class ScaleWriter:
         )
 
     async def _read(self, ref: ScaleTargetRef) -> tuple[ScaleState, str | None]:
-        """The target's scale and its uid (for the Event), where RBAC lets us read the object."""
-        key = (ref.group, ref.kind)
-        if key in REPLICAS_IN_SPEC and key not in self.scale_only:
-            try:
-                obj: dict[str, Any] = await self._retrying(functools.partial(self.scale.get_object, ref))
-            except Forbidden as e:
-                self.scale_only.add(key)  # least privilege (docs/ARCHITECTURE.md#security): /scale it is
-                self.log.info(
-                    "object_access_forbidden_using_scale",
-                    kind=ref.kind,
-                    group=ref.group,
-                    permission=e.missing_permission,
-                )
-            else:
-                uid = (obj.get("metadata") or {}).get("uid")
-                return scale_state_from_object(obj), str(uid) if uid else None
+        """The target's /scale and its uid (for the Event): never the object, which its team may fill to MiBs."""
         state: ScaleState = await self._retrying(functools.partial(self.scale.get, ref))
-        return state, None
+        return state, state.uid or None
 
     async def _patch(self, ref: ScaleTargetRef, replicas: int, state: ScaleState) -> ScaleState:
         if not self.elector.is_leader:

@@ -57,8 +57,7 @@ async def record_event(
     now = time.time() if now is None else now
     if uid is None:
         with contextlib.suppress(KubeError):
-            target = await ScaleClient(api).get_object(ref)
-            uid = str((target.get("metadata") or {}).get("uid") or "") or None
+            uid = await ScaleClient(api).uid(ref) or None
     regarding: dict[str, Any] = {
         "apiVersion": ref.api_version,
         "kind": ref.kind,

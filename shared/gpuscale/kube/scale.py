@@ -5,7 +5,7 @@ generated model stands between us and the JSON."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from gpuscale.kube.client import request_json
@@ -26,6 +26,7 @@ class ScaleState:
     resource_version: str
     selector: str
     status_replicas: int
+    uid: str = field(default="", compare=False)  # the object's, for an Event's regarding
 
 
 # Plurals of the kinds everyone scales; others come from discovery.
@@ -54,6 +55,7 @@ def _scale_from_dict(doc: Mapping[str, Any]) -> ScaleState:
         resource_version=str(meta.get("resourceVersion") or ""),
         selector=str(status.get("selector") or ""),
         status_replicas=int(status.get("replicas") or 0),
+        uid=str(meta.get("uid") or ""),
     )
 
 
@@ -68,6 +70,7 @@ def scale_state_from_object(obj: Mapping[str, Any]) -> ScaleState:
         resource_version=str(meta.get("resourceVersion") or ""),
         selector=selector_string(spec.get("selector")),
         status_replicas=int(status.get("replicas") or 0),
+        uid=str(meta.get("uid") or ""),
     )
 
 
@@ -104,6 +107,12 @@ class ScaleClient:
     async def get(self, ref: ScaleTargetRef) -> ScaleState:
         doc = await request_json(self.api, "GET", await self.object_path(ref) + "/scale")
         return _scale_from_dict(doc)
+
+    async def uid(self, ref: ScaleTargetRef) -> str:
+        """The target's uid, from its /scale where it has one: the object itself may be MiBs."""
+        if (ref.group, ref.kind) in REPLICAS_IN_SPEC:
+            return (await self.get(ref)).uid
+        return str(((await self.get_object(ref)).get("metadata") or {}).get("uid") or "")
 
     async def get_object(self, ref: ScaleTargetRef) -> dict[str, Any]:
         """The target object itself (metadata, spec, status) as JSON."""
