@@ -278,6 +278,28 @@ async def test_metadata_over_the_entry_and_length_bounds_is_refused_with_one_lin
     await b_is_served(keda)
 
 
+async def test_a_target_past_int64_is_refused_with_its_reason_counted_and_logged_once(
+    scaler: RunningScaler, keda: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """KEDA's targetSize is an int64: 1e300 raised in the handler (UNKNOWN, "Value out of range",
+    a traceback logged by gRPC per call, no count). Now a refusal like any other bad metadata."""
+    with capture_logs() as logs:
+        for target in ("1e300", "9.3e18"):
+            for _ in range(10):
+                error = await rpc_error(keda.GetMetricSpec(ref("tenant-a", trigger(target=target))))
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+                assert "target must be below 9.22e+18" in (error.details() or ""), error.details()
+    assert [line["outcome"] for line in logs if line["event"] == "request_refused"] == ["invalid"]
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.records
+    counted = scaler.counter(
+        "gpuscale_kedascaler_requests_total", api="grpc", method="GetMetricSpec", outcome="invalid"
+    )
+    assert counted == 20
+    spec = await keda.GetMetricSpec(ref("tenant-a", trigger(target="9.2e18")))  # the largest still served
+    assert spec.metricSpecs[0].targetSize == 9_200_000_000_000_000_000
+    await b_is_served(keda)
+
+
 # --- how many streams ----------------------------------------------------------------------------
 
 

@@ -121,7 +121,9 @@ def parse_workload(text: str, kind: str | None = None) -> tuple[str, str, list[s
     return chosen, name, problems
 
 
-def _number(metadata: Mapping[str, str], key: str, problems: list[str], *, positive: bool) -> float | None:
+def _number(
+    metadata: Mapping[str, str], key: str, problems: list[str], *, positive: bool, below: float = math.inf
+) -> float | None:
     raw = metadata.get(key)
     if raw is None or not str(raw).strip():
         return None
@@ -132,6 +134,9 @@ def _number(metadata: Mapping[str, str], key: str, problems: list[str], *, posit
         return None
     if not math.isfinite(value) or (value <= 0 if positive else value < 0):
         problems.append(f"{key} must be {'greater than 0' if positive else 'at least 0'}, got {shown(raw)}")
+        return None
+    if value >= below:
+        problems.append(f"{key} must be below {below:.3g} (KEDA's targetSize is an int64), got {shown(raw)}")
         return None
     return value
 
@@ -160,7 +165,7 @@ def parse_scaler_metadata(metadata: Mapping[str, str], default_namespace: str) -
         problems.append(f"metric is required (one of {', '.join(METRIC_NAMES)})")
     elif metric not in METRIC_NAMES:
         problems.append(f"metric must be one of {', '.join(METRIC_NAMES)}, got {shown(metric)}")
-    target = _number(metadata, "target", problems, positive=True)
+    target = _number(metadata, "target", problems, positive=True, below=2.0**63)
     if target is None and not any(p.startswith("target ") for p in problems):
         problems.append("target is required (the per-pod value to hold, in the metric's unit)")
     activation = _number(metadata, "activationTarget", problems, positive=False)
