@@ -21,6 +21,7 @@ from gpuscale.wire import EngineSignals
 from gpuscale_collector.core.engines import FAILURES_BEFORE_BACKOFF
 from gpuscale_collector.core.workloads import PodInfo
 from gpuscale_collector.engine_scraper import MAX_BODY_BYTES, EngineScraper
+from gpuscale_collector.kube_pods import pod_info_of
 
 from ..waiting import eventually
 
@@ -295,6 +296,28 @@ async def test_a_bad_annotation_is_counted_and_said_once() -> None:
     (line,) = [e for e in logs if e["event"] == "engine_scrape_target_invalid"]
     assert "not a port number" in line["detail"]
     await s.close()
+
+
+async def test_a_bad_annotation_at_the_api_size_limit_logs_one_short_line() -> None:
+    """Annotations may hold 256 KiB: its pods quoted whole, a team logged ~1 MiB (repr of control
+    characters) per pod it started. Cut like every other detail; another pod is scraped as before."""
+    registry = CollectorRegistry()
+    s = scraper(registry)
+    notes = {
+        "gpuscale.io/metrics-port": "8000",
+        "gpuscale.io/metrics-path": "/m " + "\x1b" * (256 * 1024 - 8),
+    }
+    bad = pod_info_of({"metadata": {"uid": "u", "namespace": "b", "name": "bad", "annotations": notes},
+                       "status": {"podIP": "127.0.0.1"}})  # fmt: skip
+    async with serving(text) as port:
+        with capture_logs() as logs:
+            s.round({("b", "bad"): bad, ("llm", "a"): pod("a", port)}, asyncio.get_running_loop().time())
+            await settled(s)
+        await s.close()
+    (line,) = [e for e in logs if e["event"] == "engine_scrape_target_invalid"]
+    assert line["detail"].endswith("(+262039 more) must start with / and hold no spaces or #"), line["detail"]
+    assert len(repr(line)) < 1000, len(repr(line))
+    assert set(s.found()) == {("llm", "a")}
 
 
 @pytest.mark.parametrize("status", [301, 404])

@@ -63,6 +63,11 @@ class TargetProblem:
     detail: str
 
 
+def _quoted(text: str, most: int = 100) -> str:
+    """A pod's annotation as quoted in a problem: cut, since annotations may hold 256 KiB."""
+    return repr(text[:most]) + (f" (+{len(text) - most} more)" if len(text) > most else "")
+
+
 def scrape_target(ip: str, annotations: Mapping[str, str] | None) -> ScrapeTarget | TargetProblem | None:
     """The URL of a pod's metrics endpoint, from its annotations; None when it names no port or has no IP."""
     notes = annotations or {}
@@ -77,11 +82,13 @@ def scrape_target(ip: str, annotations: Mapping[str, str] | None) -> ScrapeTarge
         return None
     port_text = port_text.strip()
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        return TargetProblem("bad_port", f"{source}={port_text!r} is not a port number (1-65535)")
+        return TargetProblem("bad_port", f"{source}={_quoted(port_text)} is not a port number (1-65535)")
     path = notes.get(PATH_ANNOTATION) or notes.get(PROMETHEUS_PATH) or DEFAULT_PATH
     path = path.strip()
     if not path.startswith("/") or any(c.isspace() or ord(c) < 32 or c == "#" for c in path):
-        return TargetProblem("bad_path", f"metrics path {path!r} must start with / and hold no spaces or #")
+        return TargetProblem(
+            "bad_path", f"metrics path {_quoted(path)} must start with / and hold no spaces or #"
+        )
     host = f"[{ip}]" if ":" in ip else ip
     return ScrapeTarget(f"http://{host}:{int(port_text)}{path}", source)
 
