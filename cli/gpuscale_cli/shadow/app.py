@@ -21,6 +21,7 @@ from gpuscale import codec, subjects
 from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, jetstream
+from gpuscale.policy_spec import MAX_REPLICAS
 from gpuscale.settings import CommonSettings, choice, option, path, positive_float, seconds
 from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.timefmt import format_time, parse_time
@@ -29,7 +30,8 @@ from gpuscale_cli.shadow.compare import Advice, LiveChange, Matched, Report, com
 
 # The HPA controller's Event for a rescale (pkg/controller/podautoscaler/horizontal.go):
 # reason SuccessfulRescale, message "New size: 4; reason: ...".
-_NEW_SIZE = re.compile(r"^New size: (\d+);")
+# Anyone who may create Events in the namespace writes one: past a replica count, it is left out.
+_NEW_SIZE = re.compile(r"^New size: (\d{1,10});")
 GPU_RESOURCES = ("nvidia.com/gpu",)
 # Message gets in flight at once: a round trip per this many messages (100,000 in seconds).
 READ_AHEAD: Final = 256
@@ -174,7 +176,7 @@ def hpa_changes(hpa: str, events: list[dict[str, Any]]) -> list[LiveChange]:
             continue
         m = _NEW_SIZE.match(str(e.get("message") or e.get("note") or ""))
         ts = parse_time(e.get("lastTimestamp")) or parse_time(e.get("eventTime"))
-        if m and ts is not None:
+        if m and ts is not None and int(m.group(1)) <= MAX_REPLICAS:
             out.append(LiveChange(ts, int(m.group(1)), hpa))
     return out
 
