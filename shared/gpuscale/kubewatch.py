@@ -46,7 +46,8 @@ async def read_events(chunks: AsyncIterable[bytes]) -> AsyncGenerator[dict[str, 
     async for chunk in chunks:
         pending += chunk
         *lines, pending = pending.split(b"\n")
-        if max(len(pending), *map(len, lines)) > MAX_EVENT_BYTES:
+        # A list: a read with no newline leaves ``lines`` empty, and max() of one int raised.
+        if max([len(pending), *map(len, lines)]) > MAX_EVENT_BYTES:
             raise ServerError(500, f"a watch event over {MAX_EVENT_BYTES} bytes", reason="EventTooLarge")
         for line in lines:
             if not line.strip():

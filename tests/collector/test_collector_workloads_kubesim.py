@@ -146,3 +146,20 @@ async def test_a_stop_ends_the_pod_watch_quietly(kube_sim: Any, kit: Any) -> Non
         async with watching(kube_sim):
             await eventually(lambda: kube_sim.store.watchers, what="the pod watch is open")
     assert [e for e in logs if e["log_level"] in ("warning", "error")] == []
+
+
+async def test_a_pod_event_larger_than_one_read_keeps_the_watch(kube_sim: Any, kit: Any) -> None:
+    """A pod's annotations may hold 256 KiB; its watch event then arrives in several reads. The
+    first read without a newline raised TypeError (max() of one int): the watch broke, was logged
+    and every pod relisted, on each change of that pod. Now read on as any event."""
+    fat = bare_pod("fat")
+    fat["metadata"]["annotations"] = {"team-b.example/notes": "x" * 200_000}
+    with capture_logs() as logs:
+        async with watching(kube_sim) as pods:
+            await kube_sim.create(fat)
+            await kube_sim.create(bare_pod("later"))
+            await kit.wait_for(
+                lambda: {"fat", "later"} <= set(workloads_by_prefix(pods)), what="both pods seen"
+            )
+    assert [e for e in logs if e["event"] == "watch_failed"] == []
+    assert [e["event"] for e in logs].count("listed") == 1
