@@ -107,6 +107,13 @@ def test_only_the_actuator_may_change_a_scale_subresource(objects: list[Obj]) ->
                 assert not grant.allows(verb, "apps", resource), (account, verb, resource)
 
 
+def test_the_actuator_reads_a_target_s_scale_never_the_object(objects: list[Obj]) -> None:
+    grant = _grant(objects, "gpuscale-actuator")
+    assert grant.allows("get", "apps", "deployments/scale")
+    for resource in ("deployments", "statefulsets"):
+        assert not grant.allows("get", "apps", resource), resource
+
+
 def test_the_collector_can_read_pods_and_replicasets_and_write_nothing(objects: list[Obj]) -> None:
     grant = _grant(objects, "gpuscale-collector")
     for verb in ("get", "list", "watch"):
@@ -148,8 +155,7 @@ ACTUATOR_NEEDS = [
     ("patch", "apps", "deployments/scale"),
     ("update", "apps", "statefulsets/scale"),
     ("patch", "apps", "statefulsets/scale"),
-    ("get", "apps", "deployments"),
-    ("get", "apps", "statefulsets"),
+    ("get", "apps", "statefulsets/scale"),
     ("create", "", "events"),
     ("patch", "", "events"),
     ("create", "events.k8s.io", "events"),
