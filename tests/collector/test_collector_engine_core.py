@@ -282,6 +282,9 @@ def test_scrape_target_from_annotations(
         ({"gpuscale.io/metrics-port": "0"}, "bad_port"),
         ({"gpuscale.io/metrics-port": "70000"}, "bad_port"),
         ({"prometheus.io/port": "-1"}, "bad_port"),
+        ({"gpuscale.io/metrics-port": "²"}, "bad_port"),  # isdigit() yet int() raised ValueError
+        ({"gpuscale.io/metrics-port": "1" * 5000}, "bad_port"),  # past int()'s 4300 digits
+        ({"gpuscale.io/metrics-port": "8000", "gpuscale.io/metrics-path": "/" + "a" * 1024}, "bad_path"),
         ({"gpuscale.io/metrics-port": "8000", "gpuscale.io/metrics-path": "metrics"}, "bad_path"),
         ({"gpuscale.io/metrics-port": "8000", "gpuscale.io/metrics-path": "/a b"}, "bad_path"),
         ({"gpuscale.io/metrics-port": "8000", "gpuscale.io/metrics-path": "/a#b"}, "bad_path"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from gpuscale.wire import UNSET, EngineSignals, SampleBatch
 
@@ -159,3 +160,33 @@ async def test_engine_scraping_can_be_turned_off(kube_sim: Any, kit: Any) -> Non
         await kit.wait_for(lambda: owners(rc.collector.last_batch, "llm"), 15, "the llm pod in a batch")
         assert rc.collector.engines is None
         assert rc.collector.node_pods is None  # the sim backend brings owners: no watch needed
+
+
+async def test_a_tenants_huge_scrape_annotations_are_refused_and_kept_short(kube_sim: Any, kit: Any) -> None:
+    """Team b's pods name a 5000-digit port and a 200 KiB path. int() refused the digits with
+    ValueError, which ended every round: no pod on the node was scraped, team a's neither. The
+    values were kept whole (up to 256 KiB a pod). Now kept cut, refused as bad annotations."""
+    await kube_sim.create(gpu_workload("llm", 1, node=NODE, pod_annotations=vllm_annotations(18103)))
+    digits = {"gpuscale.io/metrics-port": "1" * 5000}
+    long_path = {"gpuscale.io/metrics-port": "8000", "gpuscale.io/metrics-path": "/" + "x" * 200_000}
+    await kube_sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
+    await kube_sim.create(gpu_workload("digits", namespace="team-b", node=NODE, pod_annotations=digits))
+    await kube_sim.create(gpu_workload("long", namespace="team-b", node=NODE, pod_annotations=long_path))
+    settings = kit.settings(
+        node_name=NODE, sim_source="kube-sim", kubeconfig=kube_sim.kubeconfig_path, interval_s="0.2"
+    )
+    with capture_logs() as logs:
+        async with kit.running(settings) as rc:
+            await kit.wait_for(lambda: engines_of(rc.collector, "llm"), 15, "team a's pod scraped")
+            pods = rc.collector.node_pods.pods_by_uid.values()
+            assert len(pods) == 3
+            kept = [sum(map(len, (p.annotations or {}).values())) for p in pods]
+            assert max(kept) <= 2 * 1025
+            skipped = rc.ctx.metrics.registry.get_sample_value(
+                "gpuscale_collector_engine_scrapes_skipped_total", {"reason": "bad_annotation"}
+            )
+            assert (skipped or 0) >= 2
+    assert [e for e in logs if e["event"] == "engine_round_failed"] == []
+    refused = {e["detail"][:30] for e in logs if e["event"] == "engine_scrape_target_invalid"}
+    assert len(refused) == 2
+    assert all(len(e["detail"]) < 200 for e in logs if e["event"] == "engine_scrape_target_invalid")

@@ -315,7 +315,7 @@ async def test_a_bad_annotation_at_the_api_size_limit_logs_one_short_line() -> N
             await settled(s)
         await s.close()
     (line,) = [e for e in logs if e["event"] == "engine_scrape_target_invalid"]
-    assert line["detail"].endswith("(+262039 more) must start with / and hold no spaces or #"), line["detail"]
+    assert line["detail"].endswith("(+925 more) is longer than 1024 characters"), line["detail"]
     assert len(repr(line)) < 1000, len(repr(line))
     assert set(s.found()) == {("llm", "a")}
 

@@ -14,7 +14,7 @@ from gpuscale.kube.errors import NotFound
 from gpuscale.kubewatch import Reflector
 from gpuscale.wire import WorkloadRef
 from gpuscale_collector.core.cgroup import container_id_of_status
-from gpuscale_collector.core.engines import SCRAPE_ANNOTATIONS
+from gpuscale_collector.core.engines import MAX_ANNOTATION_CHARS, SCRAPE_ANNOTATIONS
 from gpuscale_collector.core.workloads import (
     NeedReplicaSet,
     OwnerRef,
@@ -48,8 +48,11 @@ def pod_info_of(pod: Mapping[str, Any]) -> PodInfo:
         if isinstance(condition, Mapping) and condition.get("type") == "Ready":
             ready = condition.get("status") == "True"
     notes = meta.get("annotations") or {}
+    # One character past the most: enough for scrape_target to refuse it, not 256 KiB a pod.
     annotations = (
-        {k: str(v) for k, v in notes.items() if k in SCRAPE_ANNOTATIONS} if isinstance(notes, Mapping) else {}
+        {k: str(v)[: MAX_ANNOTATION_CHARS + 1] for k, v in notes.items() if k in SCRAPE_ANNOTATIONS}
+        if isinstance(notes, Mapping)
+        else {}
     )
     return PodInfo(
         uid=str(meta.get("uid") or ""),

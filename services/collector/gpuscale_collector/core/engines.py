@@ -47,6 +47,8 @@ SCRAPE_ANNOTATIONS: Final = (
     PROMETHEUS_SCRAPE,
 )
 DEFAULT_PATH: Final = "/metrics"
+# A longer port or path annotation is refused: the pod watch keeps one character more, no more.
+MAX_ANNOTATION_CHARS: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +83,14 @@ def scrape_target(ip: str, annotations: Mapping[str, str] | None) -> ScrapeTarge
     if port_text is None or not ip:
         return None
     port_text = port_text.strip()
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    # int() refuses "²" (a digit, not decimal) and 4300 digits: either ended every pod's round.
+    if not port_text.isdecimal() or len(port_text) > MAX_ANNOTATION_CHARS or not 1 <= int(port_text) <= 65535:
         return TargetProblem("bad_port", f"{source}={_quoted(port_text)} is not a port number (1-65535)")
     path = notes.get(PATH_ANNOTATION) or notes.get(PROMETHEUS_PATH) or DEFAULT_PATH
+    if len(path) > MAX_ANNOTATION_CHARS:
+        return TargetProblem(
+            "bad_path", f"metrics path {_quoted(path)} is longer than {MAX_ANNOTATION_CHARS} characters"
+        )
     path = path.strip()
     if not path.startswith("/") or any(c.isspace() or ord(c) < 32 or c == "#" for c in path):
         return TargetProblem(
