@@ -315,13 +315,8 @@ def _targets(
             )
 
 
-def _other_controllers(
-    hpas: Mapping[str, Any], scaled_objects: Mapping[str, Any] | None
-) -> dict[WorkloadKey, str]:
-    found = dict(_targets(hpas, "HorizontalPodAutoscaler", None))
-    for key, who in _targets(scaled_objects, "KEDA ScaledObject", "Deployment"):
-        found.setdefault(key, who)  # an HPA's name wins
-    return found
+# Objects a page: each may hold 256 KiB of annotations, so one answer stays near 5 MiB, not the whole list.
+CONFLICT_PAGE: Final = 20
 
 
 class ConflictFinder:
@@ -337,14 +332,31 @@ class ConflictFinder:
         self.log = get_logger(component="conflict_finder")
 
     async def check(self) -> None:
-        hpas = await request_json(self.api, "GET", "/apis/autoscaling/v2/horizontalpodautoscalers")
+        hpas = await self._pairs(
+            "/apis/autoscaling/v2/horizontalpodautoscalers", "HorizontalPodAutoscaler", None
+        )
         try:
-            scaled: Mapping[str, Any] | None = await request_json(
-                self.api, "GET", "/apis/keda.sh/v1alpha1/scaledobjects"
+            scaled = await self._pairs(
+                "/apis/keda.sh/v1alpha1/scaledobjects", "KEDA ScaledObject", "Deployment"
             )
         except NotFound:
-            scaled = None  # KEDA is not installed
-        self.apply(_other_controllers(hpas, scaled))
+            scaled = []  # KEDA is not installed
+        found = dict(hpas)
+        for key, who in scaled:
+            found.setdefault(key, who)  # an HPA's name wins
+        self.apply(found)
+
+    async def _pairs(self, path: str, what: str, default_kind: str | None) -> list[tuple[WorkloadKey, str]]:
+        """(target, who) of every object at ``path``, read a page at a time: only the pairs are kept."""
+        pairs: list[tuple[WorkloadKey, str]] = []
+        query = {"limit": str(CONFLICT_PAGE)}
+        while True:
+            page = await request_json(self.api, "GET", path, query=query)
+            pairs.extend(_targets(page, what, default_kind))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return pairs
+            query = {"limit": str(CONFLICT_PAGE), "continue": str(token)}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
