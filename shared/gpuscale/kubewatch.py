@@ -150,10 +150,7 @@ class Reflector:
         attempt = 0
         while not stop.is_set():
             try:
-                items, rv = await list_all(self.transport, self.path, self.params)
-                await _done(self.on_list(items))
-                self.synced.set()
-                self.log.info("listed", items=len(items), resource_version=rv)
+                rv = await self._list()
                 attempt = 0
                 while not stop.is_set():
                     rv = await self._watch(rv, stop)
@@ -168,6 +165,15 @@ class Reflector:
                     self.log.warning("watch_failed", attempt=attempt, error=error)
                 delay = max(0.2, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
                 await sleep_unless_stopped(stop, delay)
+
+    async def _list(self) -> str:
+        """List and hand the items to ``on_list``; the resourceVersion to watch from."""
+        # A method of its own: the whole listed objects are let go here, not held through the watch.
+        items, rv = await list_all(self.transport, self.path, self.params)
+        await _done(self.on_list(items))
+        self.synced.set()
+        self.log.info("listed", items=len(items), resource_version=rv)
+        return rv
 
     async def _watch(self, rv: str, stop: asyncio.Event) -> str:
         """Apply events until the server ends the watch or ``stop`` is set; the

@@ -8,15 +8,18 @@ to minReplicas (TooFewReplicas)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuscale.embedded_nats import EmbeddedNats
+from gpuscale.kube.config import new_api_client
 from gpuscale.natsio import NATS
-from gpuscale_decider.pods import PodIndex, pod_of
+from gpuscale_decider.pods import PodCache, PodIndex, pod_of
 from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload
@@ -180,3 +183,52 @@ def test_kept_selections_always_answer_as_a_fresh_index_would() -> None:
             fresh.put(*found)
         for selector in rng.sample(selectors, 3):
             assert kept.select("ml", selector) == fresh.select("ml", selector), selector
+
+
+async def test_one_teams_fat_pods_are_not_kept_whole_after_the_list(kube_sim: KubeSim) -> None:
+    # One team's 30 pods with 200 KiB annotations: the decider keeps labels and state, not
+    # the listed objects (the reflector held its whole list through every watch, 6 MiB here).
+    for ns in ("greedy", "other"):
+        await kube_sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    for i in range(30):
+        meta = {
+            "name": f"fat{i}",
+            "namespace": "greedy",
+            "labels": {"app": "g"},
+            "annotations": {"n": "x" * 200 * 1024},
+        }
+        await kube_sim.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": meta,
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            }
+        )
+    small = {"name": "small", "namespace": "other", "labels": {"app": "o"}}
+    await kube_sim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": small,
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }
+    )
+    api = await new_api_client(kube_sim.kubeconfig_path)
+    cache, stop = PodCache(api), asyncio.Event()
+    tracemalloc.start(40)
+    try:
+        task = asyncio.create_task(cache.run(stop))
+        await asyncio.wait_for(cache.synced.wait(), 30)
+        await asyncio.sleep(0.2)  # the watch has started: what the list left is all that is kept
+        parsed = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(True, "*json/decoder.py", all_frames=True)]
+        )
+    finally:
+        tracemalloc.stop()
+        stop.set()
+        await task
+        await api.close()
+    assert sum(s.size for s in parsed.statistics("filename")) < 2**20
+    assert [p.name for p in cache.select("other", "app=o") or ()] == ["small"]
+    assert len(cache.select("greedy", "app=g") or ()) == 30
