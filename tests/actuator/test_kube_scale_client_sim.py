@@ -44,27 +44,6 @@ async def test_get_and_patch_replicas_through_scale(kube_sim: KubeSim, kind: str
         assert (await scale.get(ref)).replicas == 3
 
 
-async def test_patch_with_annotations_is_one_atomic_write(kube_sim: KubeSim) -> None:
-    await kube_sim.create(workload("Deployment", "bert", 2))
-    ref = ScaleTargetRef("apps/v1", "Deployment", "bert", "default")
-    async with api_client(kube_sim.kubeconfig_path) as api:
-        scale = ScaleClient(api)
-        before = await scale.get(ref)
-        after = await scale.patch_replicas(
-            ref, 4, before.resource_version, annotations={"gpuscale.io/last-decision-id": "d-9"}
-        )
-        assert after.replicas == 4
-        obj = await scale.get_object(ref)
-        assert obj["spec"]["replicas"] == 4
-        assert obj["metadata"]["annotations"]["gpuscale.io/last-decision-id"] == "d-9"
-        with pytest.raises(Conflict):
-            await scale.patch_replicas(ref, 6, before.resource_version, annotations={"x": "y"})
-        with pytest.raises(ValueError, match=r"spec\.replicas"):
-            await scale.patch_replicas(
-                ScaleTargetRef("example.com/v1", "Thing", "t", "default"), 1, "", annotations={"x": "y"}
-            )
-
-
 async def test_plural_comes_from_discovery_for_unknown_kinds(kube_sim: KubeSim) -> None:
     async with api_client(kube_sim.kubeconfig_path) as api:
         scale = ScaleClient(api)
@@ -111,9 +90,6 @@ async def test_forbidden_names_the_permission(tmp_path: Path) -> None:
             with pytest.raises(Forbidden) as info:
                 await scale.patch_replicas(ref, 3, state.resource_version)
             assert info.value.missing_permission == "patch deployments/scale in apps"
-            with pytest.raises(Forbidden) as info:
-                await scale.patch_replicas(ref, 3, state.resource_version, annotations={"a": "b"})
-            assert info.value.missing_permission == "patch deployments in apps"
 
 
 async def test_record_event_fills_regarding_with_the_uid(kube_sim: KubeSim) -> None:

@@ -27,7 +27,7 @@ from gpuscale.kube.events import (
     truncate_utf8,
 )
 from gpuscale.kube.retry import backoff_delay, retry_with_backoff
-from gpuscale.kube.scale import REPLICAS_IN_SPEC, ScaleClient, ScaleState, scale_state_from_object
+from gpuscale.kube.scale import REPLICAS_IN_SPEC, ScaleClient, ScaleState
 
 # ScaleTargetRef (gpuscale.wire) and the time formats (gpuscale.timefmt) have
 # their one home elsewhere; they are re-exported here, where callers met them.
@@ -66,6 +66,5 @@ __all__ = [
     "record_event",
     "request_json",
     "retry_with_backoff",
-    "scale_state_from_object",
     "truncate_utf8",
 ]

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from gpuscale.kube.client import request_json
 from gpuscale.kube.errors import BadRequest, NotFound
-from gpuscale.labels import selector_string
 from gpuscale.names import target_problems
 from gpuscale.wire import ScaleTargetRef
 
@@ -54,21 +53,6 @@ def _scale_from_dict(doc: Mapping[str, Any]) -> ScaleState:
         replicas=int(spec.get("replicas") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
         selector=str(status.get("selector") or ""),
-        status_replicas=int(status.get("replicas") or 0),
-        uid=str(meta.get("uid") or ""),
-    )
-
-
-def scale_state_from_object(obj: Mapping[str, Any]) -> ScaleState:
-    """The Scale view of a Deployment/StatefulSet/ReplicaSet object."""
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    meta = obj.get("metadata") or {}
-    replicas = spec.get("replicas")
-    return ScaleState(
-        replicas=1 if replicas is None else int(replicas),  # the API server's default
-        resource_version=str(meta.get("resourceVersion") or ""),
-        selector=selector_string(spec.get("selector")),
         status_replicas=int(status.get("replicas") or 0),
         uid=str(meta.get("uid") or ""),
     )
@@ -118,31 +102,10 @@ class ScaleClient:
         """The target object itself (metadata, spec, status) as JSON."""
         return await request_json(self.api, "GET", await self.object_path(ref))
 
-    async def patch_replicas(
-        self,
-        ref: ScaleTargetRef,
-        replicas: int,
-        resource_version: str,
-        *,
-        annotations: Mapping[str, str] | None = None,
-    ) -> ScaleState:
-        """Set ``spec.replicas`` if the target is still at ``resource_version``
-        (else :class:`Conflict`). With ``annotations`` (kinds in
-        :data:`REPLICAS_IN_SPEC` only) the object itself is patched, so the
-        replicas and the annotations change in one atomic write."""
+    async def patch_replicas(self, ref: ScaleTargetRef, replicas: int, resource_version: str) -> ScaleState:
+        """Set ``spec.replicas`` through ``/scale`` if the target is still at
+        ``resource_version`` (else :class:`Conflict`)."""
         meta: dict[str, Any] = {"resourceVersion": resource_version} if resource_version else {}
-        if annotations:
-            if (ref.group, ref.kind) not in REPLICAS_IN_SPEC:
-                raise ValueError(f"{ref.kind}.{ref.group}: replicas may not live at spec.replicas")
-            meta["annotations"] = dict(annotations)
-            doc = await request_json(
-                self.api,
-                "PATCH",
-                await self.object_path(ref),
-                {"metadata": meta, "spec": {"replicas": replicas}},
-                content_type="application/merge-patch+json",
-            )
-            return scale_state_from_object(doc)
         doc = await request_json(
             self.api,
             "PATCH",
