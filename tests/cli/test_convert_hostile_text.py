@@ -15,6 +15,7 @@ import yaml
 from gpuscale_kubesim import KubeSim
 
 from ..kubesim.conftest import Kubectl
+from .conftest import namespaces
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 
@@ -63,13 +64,7 @@ def hpa(namespace: str, external_name: str | None) -> dict[str, object]:
 async def test_a_tenants_metric_name_cannot_add_objects_to_what_the_operator_applies(
     kube_sim: KubeSim, kubectl: Kubectl
 ) -> None:
-    for ns in ("team-a", "team-b"):
-        await kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
+    await namespaces(kubectl, "team-a", "team-b")
     await kubectl("apply", "-f", "-", stdin=json.dumps(hpa("team-a", None)))
     await kubectl("apply", "-f", "-", stdin=json.dumps(hpa("team-b", INJECTED)))
     listing = await kubectl("get", "hpa", "-A", "-o", "yaml")

@@ -15,6 +15,7 @@ from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale_kubesim import KubeSim
 
 from ..kubesim.conftest import Kubectl
+from .conftest import namespaces
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 
@@ -40,13 +41,7 @@ def scaler(namespace: str, target: str) -> str:
 async def test_a_tenants_escape_sequences_are_shown_escaped_and_the_other_row_is_intact(
     kube_sim: KubeSim, kubectl: Kubectl, nats_server: EmbeddedNats
 ) -> None:
-    for ns in ("team-a", "team-b"):
-        await kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
+    await namespaces(kubectl, "team-a", "team-b")
     await kubectl("apply", "-f", "-", stdin=scaler("team-a", "bert"))
     await kubectl("apply", "-f", "-", stdin=scaler("team-b", HOSTILE))  # the CRD lets any 253 characters in
     args = ["--kubeconfig", str(kube_sim.kubeconfig_path), "--nats-url", nats_server.url, "--listen", "0.1"]
