@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
 
+from gpuscale.quoting import quoted
 from gpuscale.wire import EngineSignals
 
 # The table and the page reader live beside this module; callers import them from here.
@@ -49,6 +50,8 @@ SCRAPE_ANNOTATIONS: Final = (
 DEFAULT_PATH: Final = "/metrics"
 # A longer port or path annotation is refused: the pod watch keeps one character more, no more.
 MAX_ANNOTATION_CHARS: Final = 1024
+# How much of a bad annotation a problem quotes (its log line, once per pod).
+QUOTED_MAX: Final = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +66,6 @@ class TargetProblem:
 
     reason: str  # bad_port | bad_path
     detail: str
-
-
-def _quoted(text: str, most: int = 100) -> str:
-    """A pod's annotation as quoted in a problem: cut, since annotations may hold 256 KiB."""
-    return repr(text[:most]) + (f" (+{len(text) - most} more)" if len(text) > most else "")
 
 
 def scrape_target(ip: str, annotations: Mapping[str, str] | None) -> ScrapeTarget | TargetProblem | None:
@@ -85,16 +83,19 @@ def scrape_target(ip: str, annotations: Mapping[str, str] | None) -> ScrapeTarge
     port_text = port_text.strip()
     # int() refuses "²" (a digit, not decimal) and 4300 digits: either ended every pod's round.
     if not port_text.isdecimal() or len(port_text) > MAX_ANNOTATION_CHARS or not 1 <= int(port_text) <= 65535:
-        return TargetProblem("bad_port", f"{source}={_quoted(port_text)} is not a port number (1-65535)")
+        return TargetProblem(
+            "bad_port", f"{source}={quoted(port_text, QUOTED_MAX)} is not a port number (1-65535)"
+        )
     path = notes.get(PATH_ANNOTATION) or notes.get(PROMETHEUS_PATH) or DEFAULT_PATH
     if len(path) > MAX_ANNOTATION_CHARS:
         return TargetProblem(
-            "bad_path", f"metrics path {_quoted(path)} is longer than {MAX_ANNOTATION_CHARS} characters"
+            "bad_path",
+            f"metrics path {quoted(path, QUOTED_MAX)} is longer than {MAX_ANNOTATION_CHARS} characters",
         )
     path = path.strip()
     if not path.startswith("/") or any(c.isspace() or ord(c) < 32 or c == "#" for c in path):
         return TargetProblem(
-            "bad_path", f"metrics path {_quoted(path)} must start with / and hold no spaces or #"
+            "bad_path", f"metrics path {quoted(path, QUOTED_MAX)} must start with / and hold no spaces or #"
         )
     host = f"[{ip}]" if ":" in ip else ip
     return ScrapeTarget(f"http://{host}:{int(port_text)}{path}", source)

@@ -13,6 +13,7 @@ from typing import Final
 
 from gpuscale.catalog import METRIC_NAMES
 from gpuscale.names import DNS1123_SUBDOMAIN_MAX, is_dns1123_label, is_dns1123_subdomain
+from gpuscale.quoting import quoted
 from gpuscale.subjects import WorkloadKey
 
 METRIC_PREFIX: Final = "gpuscale-"
@@ -59,9 +60,7 @@ class QueryError(ValueError):
 
 def shown(text: object) -> str:
     """Caller text as quoted in a problem: its repr, cut to :data:`SHOWN_MAX` characters."""
-    raw = str(text)
-    cut = raw[:SHOWN_MAX]
-    return repr(cut) + (f" (+{len(raw) - SHOWN_MAX} more)" if len(raw) > SHOWN_MAX else "")
+    return quoted(text, SHOWN_MAX)
 
 
 @dataclass(frozen=True, slots=True)
