@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuscale.catalog import DemandKind
-from gpuscale.policy import NotReadyPods
-from gpuscale_decider.core.demand import DEMAND, ServiceRate, demand, service_rate
+from gpuscale.policy import MAX_TARGET, MIN_TARGET, NotReadyPods
+from gpuscale_decider.core.demand import DEMAND, ServiceRate, demand, held_busy, service_rate
 from gpuscale_decider.core.replicas import Tolerances, metric_proposal
 from gpuscale_decider.core.state import Capacity
 
@@ -84,29 +84,65 @@ def test_served_too_few_finished_to_price_a_request_reads_the_value() -> None:
     assert one("gpu_util", 70, P({"gpu_util": 90.0, **flows(3.0, 2.0 / WINDOW_S)})) == 90.0
 
 
-# --- queue: target × D / μ -----------------------------------------------------------
+# --- queue: target × (λ/ρ + B/window) / μ, ρ where an M/M/1 queue's mean is the target ---
+
+# ρ for a target of 4: ρ²/(1 − ρ) = 4 gives ρ = 2√2 − 2.
+RHO_4 = 2.0 * math.sqrt(2.0) - 2.0
 
 
-def test_queue_at_its_target_at_the_service_rate_reads_the_target() -> None:
+@given(st.floats(0.001, 1e6))
+def test_queue_the_busy_share_held_is_where_one_server_s_mean_queue_is_the_target(target: float) -> None:
+    rho = held_busy(target)
+    assert 0.0 < rho < 1.0
+    assert rho * rho / (1.0 - rho) == pytest.approx(target, rel=1e-6)
+
+
+def test_queue_the_busy_share_is_a_share_at_the_policy_s_bounds() -> None:
+    assert 0.03 < held_busy(MIN_TARGET) < 0.032  # about √target near 0: a tiny target asks for many pods
+    assert 0.999 < held_busy(MAX_TARGET) <= 1.0
+
+
+def test_queue_a_lower_target_keeps_more_headroom() -> None:
+    assert held_busy(1.0) == pytest.approx((math.sqrt(5.0) - 1.0) / 2.0)  # the golden ratio's inverse
+    assert held_busy(0.5) == pytest.approx(0.5)
+    assert held_busy(1.0) < held_busy(4.0) < held_busy(16.0)
+
+
+def test_queue_arriving_at_the_service_rate_has_no_steady_queue_and_asks_for_1_over_rho() -> None:
+    # λ = μ: ρ = 1, where a random queue grows; a target of 4 holds pods at ρ₄.
     pod = P({"requests_waiting": 4.0, **flows(8.0, 8.0)})
-    assert one("requests_waiting", 4, pod) == pytest.approx(4.0)
+    assert one("requests_waiting", 4, pod) == pytest.approx(4.0 / RHO_4)
 
 
-def test_queue_twice_what_a_pod_serves_arriving_asks_for_two_pods_at_the_target() -> None:
+def test_queue_twice_what_a_pod_serves_arriving_asks_for_two_pods_at_rho() -> None:
     pod = P({"requests_waiting": 4.0, **flows(16.0, 8.0)})
-    assert one("requests_waiting", 4, pod) == pytest.approx(8.0)
+    assert one("requests_waiting", 4, pod) == pytest.approx(4.0 * 2.0 / RHO_4)
+
+
+def test_queue_the_same_flows_under_a_lower_target_ask_for_more_pods() -> None:
+    # Pods asked: estimate ÷ target. λ = μ, one waiting (no backlog over either target):
+    # 1/ρ₄ ≈ 1.21 pods at a target of 4, 1/ρ₁ ≈ 1.62 at 1.
+    pod = P({"requests_waiting": 1.0, **flows(8.0, 8.0)})
+    assert one("requests_waiting", 4, pod) / 4 == pytest.approx(1.0 / RHO_4)
+    assert one("requests_waiting", 1, pod) / 1 == pytest.approx(2.0 / (math.sqrt(5.0) - 1.0))
+
+
+def test_queue_a_backlog_over_the_target_is_served_within_the_window_at_mu() -> None:
+    # 4 + 120 waiting at λ = μ = 8: 120 more over 30 s is 4/s, half a pod at its limit.
+    pod = P({"requests_waiting": 124.0, **flows(8.0, 8.0)})
+    assert one("requests_waiting", 4, pod) == pytest.approx(4.0 * (8.0 / RHO_4 + 4.0) / 8.0)
 
 
 def test_queue_gone_keeps_the_pods_that_serve_what_arrives_at_the_remembered_rate() -> None:
-    # No queue, 4/s arriving at a pod that served 8/s at its limit: half a pod's worth.
+    # No queue, 4/s arriving at a pod that served 8/s at its limit: half a pod's worth at ρ₄.
     pod = P({"requests_waiting": 0.0, **flows(4.0, 4.0)})
-    assert one("requests_waiting", 4, pod, remembered=8.0) == pytest.approx(2.0)
+    assert one("requests_waiting", 4, pod, remembered=8.0) == pytest.approx(2.0 / RHO_4)
 
 
 def test_queue_never_queued_takes_the_service_rate_from_the_utilization_law() -> None:
     # 4/s served at 50 % busy: 8/s when all busy.
     pod = P({"requests_waiting": 0.0, "gpu_util": 50.0, **flows(4.0, 4.0)})
-    assert one("requests_waiting", 4, pod) == pytest.approx(2.0)
+    assert one("requests_waiting", 4, pod) == pytest.approx(2.0 / RHO_4)
 
 
 def test_queue_with_no_service_rate_known_is_hpa_s_level() -> None:
@@ -172,11 +208,11 @@ def test_a_step_pinned_one_pod_with_twice_its_service_arriving_asks_for_three_at
 
 def test_a_queue_gone_scales_down_to_the_pods_that_serve_what_arrives_not_to_hpa_s_minimum() -> None:
     queue = policy(metrics=[{"name": "requests_waiting", "target": 4}])
-    # 3 pods, 13 requests/s in all, a pod served 6/s at its limit: 13 / 6 → 3 pods.
+    # 3 pods, 13 requests/s in all, a pod served 6/s at its limit: 13 / (6 ρ₄) = 2.6 → 3 pods.
     pods = tuple(P({"requests_waiting": 0.0, **flows(13.0 / 3, 13.0 / 3)}) for _ in range(3))
     state = seen(queue_capacity=Capacity(NOW - 600, 6.0))
     assert step(queue, 3, pods, state=state).decision is None
-    # 7/s: 2 pods.
+    # 7/s: 1.4 → 2 pods.
     pods = tuple(P({"requests_waiting": 0.0, **flows(7.0 / 3, 7.0 / 3)}) for _ in range(3))
     s = step(queue, 3, pods, state=state)
     assert s.decision is not None

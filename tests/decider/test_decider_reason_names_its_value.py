@@ -27,10 +27,11 @@ CASES = {
         UTIL, 2, (P({"gpu_util": 100.0, **FLOWS}), P(80.0)),
         "gpu_util: estimated demand and window means 140.0 GPU-%", "estimated demand and window means",
     ),
-    "a queue: sized by what arrives at the pod's service rate": (
+    "a queue: sized by what arrives at the share of the pod's service rate its target holds": (
         QUEUE, 1, (P({"requests_waiting": 4.0, **FLOWS}),),
-        "requests_waiting: estimated demand 8.0 requests (16.0 requests/s arriving and 4.0 waiting per pod; a pod "
-        "serves 8.0/s at its limit, measured on a pod with a queue) over target 4", "estimated demand",
+        "requests_waiting: estimated demand 9.7 requests (16.0 requests/s arriving and 4.0 waiting per pod; a pod "
+        "serves 8.0/s at its limit, measured on a pod with a queue, held 83% busy for the target's queue) "
+        "over target 4", "estimated demand",
     ),
 }  # fmt: skip
 

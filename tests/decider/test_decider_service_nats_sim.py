@@ -187,7 +187,7 @@ async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
 ) -> None:
     """Decider 1 sees 3 pods with a queue finish 6 requests/s each; decider 2, after a restart,
     sees the queue gone with 13 requests/s arriving. HPA's answer on the empty queue is 1; the
-    service rate, kept in the KV bucket, keeps the 3 that serve 13/s. A decider that forgot would
+    service rate, kept in the KV bucket, keeps the 3 that serve 13/s at 83 % busy (2.6 pods). A decider that forgot would
     cut to 1 and meet the queue again."""
     await kube_sim.create(deployment("llm", 3))
     policies = write_policies(
@@ -204,7 +204,9 @@ async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
 
     key = subjects.WorkloadKey("default", "Deployment", "llm")
 
-    async def evaluated(running: Any, waiting: float, arriving: float, saying: str = "") -> bool:
+    async def evaluated(
+        running: Any, waiting: float, arriving: float, finished: float, saying: str = ""
+    ) -> bool:
         """Evaluated once (with ``saying`` in its reason); until then the message goes out
         again (a busy machine may start the decider's pod watch after the first one arrived,
         and an evaluation without the pods measures nothing)."""
@@ -216,18 +218,19 @@ async def test_a_new_decider_keeps_the_queue_s_capacity_the_last_one_measured(
             and saying in last.reason
         ):
             return True
-        message = queue_message("llm", pods, waiting, arriving, arriving, time.time())
+        message = queue_message("llm", pods, waiting, arriving, finished, time.time())
         await publish_metrics(nats_client, message)
         await asyncio.sleep(0.5)
         return False
 
     async with running_decider(settings) as first:
-        # At the target (4 waiting), 6 arrive and 6 finish per pod: no change, the capacity measured.
+        # At the target (4 waiting), 5 arrive and 6 finish per pod, about the 83 % a target of 4
+        # holds a pod at: no change, the capacity measured.
         await eventually(
-            lambda: evaluated(first, 4.0, 6.0, "measured on a pod with a queue"), 30, "evaluation"
+            lambda: evaluated(first, 4.0, 5.0, 6.0, "measured on a pod with a queue"), 30, "evaluation"
         )
     async with running_decider(settings) as second, watch_decisions(nats_client) as watch:
-        await eventually(lambda: evaluated(second, 0.0, 13.0 / 3), 30, "evaluation")
+        await eventually(lambda: evaluated(second, 0.0, 13.0 / 3, 13.0 / 3), 30, "evaluation")
         evaluation = second.decider.workloads[key].last_evaluation
         assert evaluation is not None
         assert evaluation.desired == 3, evaluation.reason

@@ -24,10 +24,12 @@ served   gpu_util, sm_active, sm_util,                 value/C × λ + (value/C 
                                                                                                     below a ceiling (100 − target
                                                                                                     for a %, none for running):
                                                                                                     it serves that much backlog
-queue    requests_waiting                              target × (λ + (W − target)⁺ / window) / μ    a queue target holds a pod
-                                                                                                    at μ with ``target``
-                                                                                                    waiting: the pod asks for
-                                                                                                    that many such pods
+queue    requests_waiting                              target × (λ/ρ + (W − target)⁺/window) / μ   a pod is one server with
+                                                                                                    random arrivals (M/M/1):
+                                                                                                    its mean queue is
+                                                                                                    ρ²/(1 − ρ) at ρ = λ/μ, so a
+                                                                                                    target holds it at the ρ
+                                                                                                    where that is ``target``
 level    the memory and power metrics; any metric      value                                        HPA's: no model of the
          whose pod's engine sends no rates                                                          metric, or nothing to
                                                                                                     apply it to
@@ -88,6 +90,7 @@ class Demand(msgspec.Struct, frozen=True):
     waiting: float = 0.0
     served: float = 0.0
     rate: ServiceRate | None = None  # the queue's μ
+    held: float = 1.0  # the queue's ρ: the share of μ its target holds a pod at
 
     def said(self, name: str) -> str:
         """What the estimate rests on, as the reason tells it ("" where none was made)."""
@@ -97,7 +100,10 @@ class Demand(msgspec.Struct, frozen=True):
         if self.waiting >= QUEUED / 2:
             flows += f" and {fmt(self.waiting)} waiting"
         if DEMAND.get(name) is DemandKind.QUEUE and self.rate is not None:
-            return f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {self.rate.how}"
+            return (
+                f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {self.rate.how},"
+                f" held {self.held:.0%} busy for the target's queue"
+            )
         return f"{flows}, {fmt(self.served)}/s served per pod"
 
 
@@ -155,6 +161,7 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
     room = max(0.0, CEILINGS[name] - target) if name in CEILINGS else 0.0
     queue = kind is DemandKind.QUEUE
     per_pod = rate.per_pod if rate is not None else math.nan  # read by a queue only, which has one
+    busy = held_busy(target) if queue else math.nan
     out: dict[str, float] = {}
     estimated = 0
     arriving = waiting = served = 0.0
@@ -165,7 +172,7 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
             continue
         w = waiting_now.get(pod, 0.0)
         if queue:
-            estimate = target * (lam + max(0.0, w - target) / window) / per_pod
+            estimate = target * (lam / busy + max(0.0, w - target) / window) / per_pod
         elif c * span >= MIN_FINISHED:
             cost = value / c  # the metric per request/s served
             estimate = cost * lam + max(0.0, cost * w / window - room)
@@ -183,7 +190,13 @@ def demand(name: str, target: float, observation: Observation, rate: ServiceRate
     if not estimated:
         return Demand(values, 0)
     n = float(estimated)
-    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate)
+    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate, busy if queue else 1.0)
+
+
+def held_busy(target: float) -> float:
+    """ρ at which one server with random arrivals and service (M/M/1) has ``target`` waiting
+    on average: ρ²/(1 − ρ) = target. A queue is random: at ρ = 1 it has no mean, it grows."""
+    return 2.0 / (1.0 + math.sqrt(1.0 + 4.0 / target))  # (√(T² + 4T) − T)/2, stable for any T > 0
 
 
 def _span(observation: Observation) -> float:
