@@ -274,13 +274,13 @@ def metric_proposal(
         count += groups.unready
     new_ratio, _ = _usage_ratio(total, count, target_milli)
 
-    def keep(rule: Rule) -> MetricProposal:
+    def propose(rule: Rule, replicas: int = current) -> MetricProposal:
         return MetricProposal(
             name,
             target,
             rule,
             current,
-            current,
+            replicas,
             usage,
             ratio,
             new_ratio,
@@ -292,27 +292,13 @@ def metric_proposal(
         )
 
     if tolerances.within(new_ratio):
-        return keep(Rule.FILLED_WITHIN)
+        return propose(Rule.FILLED_WITHIN)
     if (ratio < 1.0 < new_ratio) or (ratio > 1.0 > new_ratio):
-        return keep(Rule.FILLED_REVERSES)
+        return propose(Rule.FILLED_REVERSES)
     replicas = math.ceil(new_ratio * count)
     if (new_ratio < 1.0 and replicas > current) or (new_ratio > 1.0 and replicas < current):
-        return keep(Rule.FILLED_WRONG_WAY)
-    return MetricProposal(
-        name,
-        target,
-        Rule.FILLED_RATIO,
-        current,
-        replicas,
-        usage,
-        ratio,
-        new_ratio,
-        groups,
-        count,
-        filled_as,
-        scale_up_with_unready,
-        demand=demand,
-    )
+        return propose(Rule.FILLED_WRONG_WAY)
+    return propose(Rule.FILLED_RATIO, replicas)
 
 
 # --- numbers as people read them -------------------------------------------------
