@@ -225,15 +225,14 @@ async def connect(
     reconnect_wait_s: float = 1.0,
     stop: asyncio.Event | None = None,
     on_closed: Callable[[], None] | None = None,
-    inbox_role: str | None = None,
 ) -> NATS:
     """Connect, retrying forever until the server answers or ``stop`` is set.
 
     ``on_closed`` is called when the server closes the connection (nats-py does not reconnect
     then); ``token`` is called at every (re)connect, so a rotated token is read anew. Replies
-    come under the inbox of ``inbox_role`` (default: the URL's NATS user, which deploy/'s
-    permissions are keyed on), so no other role can read them. Credentials never reach the logs."""
-    inbox = inbox_prefix(inbox_role or login_user(servers) or metrics.service)
+    come under the inbox of the URL's NATS user (which deploy/'s permissions are keyed on),
+    so no other role can read them. Credentials never reach the logs."""
+    inbox = inbox_prefix(login_user(servers) or metrics.service)
     log = get_logger(component="nats", servers=[redact(s) for s in servers], inbox=inbox)
     nc = NATS()
     state = {"was_connected": False}
@@ -366,7 +365,6 @@ async def connect_once(
     timeout_s: float = 5.0,
     creds: str | os.PathLike[str] | None = None,
     tls_ca: str | os.PathLike[str] | None = None,
-    inbox_role: str | None = None,
 ) -> NATS:
     """For a command run by a person: one try at each server, then
     :class:`NatsUnreachable` saying why, rather than retrying forever."""
@@ -389,7 +387,7 @@ async def connect_once(
                 user_credentials=os.fspath(creds) if creds else None,
                 tls=_tls_context(os.fspath(tls_ca) if tls_ca else None),
                 error_cb=error_cb,
-                inbox_prefix=inbox_prefix(inbox_role or login_user(servers) or name),
+                inbox_prefix=inbox_prefix(login_user(servers) or name),
             ),
             timeout_s,
         )
