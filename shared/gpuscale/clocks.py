@@ -19,7 +19,6 @@ MAX_SENDERS: Final = 20_000  # bounded: a flood of sender names cannot grow memo
 class Placement:
     at: float  # when the message's content happened, on the receiver's clock
     delay_s: float  # how much later than its sender's usual it arrived (negative: earlier)
-    offset_s: float  # the sender's usual arrival - ts
 
 
 def _median(values: deque[float]) -> float:
@@ -57,10 +56,10 @@ class SenderClocks:
     def place(
         self, sender: Hashable, ts: float, arrival: float, interval_s: float | None = None
     ) -> Placement:
-        """:meth:`at`, with how late the message arrived and the sender's usual offset."""
+        """:meth:`at`, with how late the message arrived."""
         at = self.at(sender, ts, arrival, interval_s)
         s = self._senders[sender]
-        return Placement(at, s.delay, s.offset)
+        return Placement(at, s.delay)
 
     def at(self, sender: Hashable, ts: float, arrival: float, interval_s: float | None = None) -> float:
         """Where a message sent at ``ts`` (sender's clock) and received at
