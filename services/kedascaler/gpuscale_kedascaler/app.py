@@ -58,7 +58,7 @@ class _Waiting:
 
 
 class KedaScalerService:
-    def __init__(self, ctx: ServiceContext, tls_dir: Path | None = None) -> None:
+    def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.settings: KedaScalerSettings = ctx.settings
         self.store = LatestMetrics(self.settings.max_metrics_age)
@@ -70,7 +70,7 @@ class KedaScalerService:
         self.grpc_port = 0
         self.serving = False
         self.subscription: Any = None  # the metrics subscription, once made
-        self.api = ExternalMetricsApi(self, tls_dir)
+        self.api = ExternalMetricsApi(self)
         self._changed: dict[WorkloadKey, _Waiting] = {}  # only while a stream waits on the key
         self.streams_open = 0
         self._streams_by_namespace: dict[str, int] = {}  # only while a stream of it is open

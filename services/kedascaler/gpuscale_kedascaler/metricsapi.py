@@ -41,12 +41,11 @@ class ApiService(Protocol):
 class ExternalMetricsApi:
     """The aiohttp app and its TLS: answers from the service's latest fresh metrics."""
 
-    def __init__(self, service: ApiService, tls_dir: Path | None = None) -> None:
+    def __init__(self, service: ApiService) -> None:
         self.service = service
         self.settings = service.settings
         self.port = 0
         self.tls_cert_file: Path | None = None  # the serving certificate
-        self._tls_dir = tls_dir
         self._own_tls_dir: Path | None = None  # made here for a self-signed key: removed at stop
 
     def app(self) -> web.Application:
@@ -126,9 +125,7 @@ class ExternalMetricsApi:
         if settings.tls_cert_file is not None and settings.tls_private_key_file is not None:
             cert, key = settings.tls_cert_file, settings.tls_private_key_file
         else:
-            directory = self._tls_dir
-            if directory is None:
-                directory = self._own_tls_dir = Path(tempfile.mkdtemp(prefix="gpuscale-keda-scaler-tls-"))
+            directory = self._own_tls_dir = Path(tempfile.mkdtemp(prefix="gpuscale-keda-scaler-tls-"))
             cert, key = tls.write_self_signed(directory, "gpuscale-keda-scaler", tls.default_dns_names())
             self.service.log.info("self_signed_certificate", cert=str(cert))
         self.tls_cert_file = cert
