@@ -50,13 +50,11 @@ class SimBackend:
         gpus: int,
         source: str,
         kubeconfig: Path | None = None,
-        request_timeout_s: float = 2.0,
     ) -> None:
         self.node = node
         self.gpus = gpus
         self._load: StepLoad | str = parse_load_source(source)
         self._kubeconfig = kubeconfig
-        self._timeout_s = request_timeout_s
         self._started_at = 0.0
         self._session: Any = None
         self._url = ""
@@ -74,7 +72,7 @@ class SimBackend:
         import aiohttp  # lazy import: only the kube-sim source needs an HTTP client
 
         self._url = server_from_kubeconfig(self._kubeconfig) + node_gpus_path(self.node)
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
         self._log.info("sim_source_kube_sim", url=self._url)
 
     async def read(self) -> list[DeviceReading]:
