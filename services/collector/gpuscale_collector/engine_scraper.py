@@ -130,7 +130,6 @@ class EngineScraper:
         timeout_s: float,
         concurrency: int,
         registry: CollectorRegistry,
-        max_age_intervals: float = 2.0,
         limits: core.PageLimits | None = None,
         parse_budget_s: float = core.DEFAULT_PARSE_BUDGET_S,
     ) -> None:
@@ -138,7 +137,7 @@ class EngineScraper:
         self.timeout_s = timeout_s
         self.limits = limits or core.PageLimits()
         self.parse_budget_s = parse_budget_s
-        self.max_age_s = max_age_intervals * interval_s
+        self.max_age_s = 2.0 * interval_s
         self.metrics = EngineMetrics(registry)
         registry.register(EngineInfo(self.found))
         self._sem = asyncio.Semaphore(concurrency)
