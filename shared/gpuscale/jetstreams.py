@@ -43,18 +43,16 @@ async def ensure_stream(
     max_age_s: float | None = None,
     storage: str = "file",
     duplicate_window_s: float = 120.0,
-    max_bytes: int = -1,
-    retention: str = "limits",
 ) -> None:
     """Create the stream, or bring an existing one's config to ours (tests,
     benchmarks: streams that are not part of the contract)."""
     config = StreamConfig(
         name=name,
         subjects=list(subjects),
-        retention=RetentionPolicy(retention),
+        retention=RetentionPolicy.LIMITS,
         storage=StorageType.MEMORY if storage == "memory" else StorageType.FILE,
         max_age=max_age_s,
-        max_bytes=max_bytes,
+        max_bytes=-1,
         discard=DiscardPolicy.OLD,
         duplicate_window=duplicate_window_s,
     )
