@@ -28,7 +28,6 @@ class ClockWatch(Collector):
         name: str,
         documentation: str,
         label: str,
-        warn_s: float = OFFSET_WARN_S,
         shift: Callable[[], float] | None = None,
     ) -> None:
         """``shift``: added to every offset shown, where arrivals are read on a
@@ -39,7 +38,6 @@ class ClockWatch(Collector):
         self.name = name
         self.documentation = documentation
         self.label = label
-        self.warn_s = warn_s
         self._warned: set[str] = set()
         self._log = get_logger(component="clocks")
         registry.register(self)
@@ -63,14 +61,14 @@ class ClockWatch(Collector):
         offsets = {str(sender): offset for sender, offset in self._offsets()}
         now_off: set[str] = set()
         for name, offset in offsets.items():
-            if abs(offset) > self.warn_s:
+            if abs(offset) > OFFSET_WARN_S:
                 now_off.add(name)
                 if name not in self._warned:
                     self._log.warning(
                         "clock_offset_large",
                         **{self.label: name},
                         offset_s=round(offset, 3),
-                        bound_s=self.warn_s,
+                        bound_s=OFFSET_WARN_S,
                         detail="its messages are placed by arrival; check its time sync (chrony, NTP)",
                     )
         for name in self._warned - now_off:
