@@ -15,7 +15,7 @@ from nats.js.errors import NotFoundError
 from gpuscale import subjects
 from gpuscale.logging import configure
 from gpuscale.natsio import NATS, NatsUnreachable, connect_once, drain, jetstream, login_user
-from gpuscale.settings import CommonSettings, non_empty, option, path, seconds
+from gpuscale.settings import CommonSettings, kubeconfig_option, non_empty, option, seconds
 from gpuscale.timefmt import parse_time
 
 CREDENTIALS_SECRET = "gpuscale-nats-credentials"  # noqa: S105 - a Secret's name (deploy/base), not a password
@@ -24,12 +24,8 @@ CRD_APPLY = "kubectl apply -f deploy/cluster/crd-gpuscaler.yaml"
 
 @dataclass(frozen=True)
 class DoctorSettings(CommonSettings):
-    kubeconfig: Path | None = option(
-        None,
-        "--kubeconfig",
-        env="KUBECONFIG",
-        parse=path,
-        help="the cluster to check (default: in-cluster config, else ~/.kube/config)",
+    kubeconfig: Path | None = kubeconfig_option(
+        "the cluster to check (default: in-cluster config, else ~/.kube/config)"
     )
     namespace: str = option(
         "gpuscale",

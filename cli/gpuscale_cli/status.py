@@ -16,7 +16,7 @@ from gpuscale.clocks import SenderClocks
 from gpuscale.clockwatch import OFFSET_WARN_S
 from gpuscale.logging import configure
 from gpuscale.natsio import NATS, NatsUnreachable, connect_once, drain, jetstream
-from gpuscale.settings import CommonSettings, option, path, seconds
+from gpuscale.settings import CommonSettings, kubeconfig_option, option, seconds
 from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.wire import Decision, SampleBatch, WireError, WorkloadMetrics
 from gpuscale_cli.shown import shown
@@ -27,13 +27,7 @@ COLUMNS = ("NAMESPACE", "NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "R
 
 @dataclass(frozen=True)
 class StatusSettings(CommonSettings):
-    kubeconfig: Path | None = option(
-        None,
-        "--kubeconfig",
-        env="KUBECONFIG",
-        parse=path,
-        help="read GPUScaler objects from this cluster too",
-    )
+    kubeconfig: Path | None = kubeconfig_option("read GPUScaler objects from this cluster too")
     listen_s: float = option(
         3.0,
         "--listen",

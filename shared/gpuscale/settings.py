@@ -317,11 +317,9 @@ def http_port_option(default: int, serves: str = "/metrics") -> int:
     )
 
 
-def kubeconfig_option() -> Path | None:
-    """``--kubeconfig``: the API server of a service outside its cluster."""
-    return option(
-        None, "--kubeconfig", env="KUBECONFIG", parse=path, help="kubeconfig; in-cluster config inside a pod"
-    )
+def kubeconfig_option(help_text: str = "kubeconfig; in-cluster config inside a pod") -> Path | None:
+    """``--kubeconfig``: the API server of a service or command outside its cluster."""
+    return option(None, "--kubeconfig", env="KUBECONFIG", parse=path, help=help_text)
 
 
 def lease_name_option(default: str) -> str:

@@ -22,7 +22,7 @@ from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.natsio import NATS, connect, drain, jetstream
 from gpuscale.policy_spec import MAX_REPLICAS
-from gpuscale.settings import CommonSettings, choice, option, path, positive_float, seconds
+from gpuscale.settings import CommonSettings, choice, kubeconfig_option, option, positive_float, seconds
 from gpuscale.subjects import SubjectError, WorkloadKey
 from gpuscale.timefmt import format_time, parse_time
 from gpuscale.wire import Decision, ScaleTargetRef, WireError
@@ -48,12 +48,8 @@ def _workload(text: str) -> WorkloadKey:
 
 @dataclass(frozen=True)
 class ShadowReportSettings(CommonSettings):
-    kubeconfig: Path | None = option(
-        None,
-        "--kubeconfig",
-        env="KUBECONFIG",
-        parse=path,
-        help="read the live controller's Events, the scale and the GPUs per replica from this cluster",
+    kubeconfig: Path | None = kubeconfig_option(
+        "read the live controller's Events, the scale and the GPUs per replica from this cluster"
     )
     workload: WorkloadKey | None = option(
         None,
