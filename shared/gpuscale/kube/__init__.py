@@ -2,14 +2,13 @@
 
 Only :func:`new_api_client` loads kubernetes-asyncio, so the collector fits its memory budget."""
 
-from gpuscale.kube.client import REQUEST_TIMEOUT_S, ping, request_json
+from gpuscale.kube.client import ping, request_json
 from gpuscale.kube.config import ClusterConfigError, new_api_client
 from gpuscale.kube.errors import (
     BadRequest,
     Conflict,
     FieldsDropped,
     Forbidden,
-    Gone,
     KubeError,
     NotFound,
     ServerError,
@@ -21,30 +20,24 @@ from gpuscale.kube.errors import (
 )
 from gpuscale.kube.events import (
     EVENT_NOTE_MAX_BYTES,
-    EVENT_REPORTING_CONTROLLER,
     event_note,
     record_event,
-    truncate_utf8,
 )
 from gpuscale.kube.retry import backoff_delay, retry_with_backoff
-from gpuscale.kube.scale import REPLICAS_IN_SPEC, ScaleClient, ScaleState
+from gpuscale.kube.scale import ScaleClient, ScaleState
 
 # ScaleTargetRef (gpuscale.wire) and the time formats (gpuscale.timefmt) have
 # their one home elsewhere; they are re-exported here, where callers met them.
-from gpuscale.timefmt import format_micro_time, format_time, parse_time
+from gpuscale.timefmt import format_micro_time, parse_time
 from gpuscale.wire import ScaleTargetRef
 
 __all__ = [
     "EVENT_NOTE_MAX_BYTES",
-    "EVENT_REPORTING_CONTROLLER",
-    "REPLICAS_IN_SPEC",
-    "REQUEST_TIMEOUT_S",
     "BadRequest",
     "ClusterConfigError",
     "Conflict",
     "FieldsDropped",
     "Forbidden",
-    "Gone",
     "KubeError",
     "NotFound",
     "ScaleClient",
@@ -58,7 +51,6 @@ __all__ = [
     "error_from_response",
     "event_note",
     "format_micro_time",
-    "format_time",
     "new_api_client",
     "parse_forbidden",
     "parse_time",
@@ -66,5 +58,4 @@ __all__ = [
     "record_event",
     "request_json",
     "retry_with_backoff",
-    "truncate_utf8",
 ]
