@@ -25,13 +25,9 @@ from gpuscale.jetstreams import (
     apply_stream,
     declare_kv,
     declare_stream,
-    ensure_consumer,
     ensure_kv,
     ensure_stream,
-    kv_config,
-    kv_differences,
     stream_config,
-    stream_differences,
 )
 from gpuscale.logging import get_logger
 from gpuscale.metrics import ServiceMetrics
@@ -50,19 +46,15 @@ __all__ = [
     "declare_kv",
     "declare_stream",
     "drain",
-    "ensure_consumer",
     "ensure_kv",
     "ensure_stream",
     "headers_msg_id",
     "inbox_prefix",
     "is_connected",
     "jetstream",
-    "kv_config",
-    "kv_differences",
     "login_user",
     "redact",
     "stream_config",
-    "stream_differences",
     "user_expired",
     "waiting_reason",
 ]
