@@ -11,7 +11,6 @@ from .conversion import HPA_VERSIONS, KEDA_API_PREFIX
 from .conversion import Conversion as Conversion
 from .hpa import convert_hpa as convert_hpa
 from .keda import convert_scaled_object as convert_scaled_object
-from .readers import flow as flow
 from .readers import parse_quantity as parse_quantity
 from .readers import source_of
 

@@ -25,7 +25,6 @@ from gpuscale_collector.core.engine_page import PageLimits as PageLimits
 from gpuscale_collector.core.engine_page import PageReader as PageReader
 from gpuscale_collector.core.engine_page import PageRefused as PageRefused
 from gpuscale_collector.core.engine_page import select_lines as select_lines
-from gpuscale_collector.core.engine_series import FINISHED as FINISHED
 from gpuscale_collector.core.engine_series import FINISHED_BY_FAMILY as FINISHED_BY_FAMILY
 from gpuscale_collector.core.engine_series import SERIES as SERIES
 from gpuscale_collector.core.engine_series import FinishedCounter as FinishedCounter

@@ -68,7 +68,6 @@ __all__ = [
     "Target",
     "Written",
     "action_seen",
-    "longest_period",
     "observation_of",
     "reconcile",
     "same_window",
