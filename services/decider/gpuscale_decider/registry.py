@@ -83,12 +83,10 @@ def scale_ref(scaler: GPUScaler) -> ScaleTargetRef:
 
 
 class Registry:
-    def __init__(
-        self, m: DeciderMetrics, status: StatusSink, clock: Any, events: EventSink | None = None
-    ) -> None:
+    def __init__(self, m: DeciderMetrics, status: StatusSink, clock: Any, events: EventSink) -> None:
         self.m = m
         self.status = status
-        self.events = events or NoEvents()
+        self.events = events
         self.clock = clock
         self.workloads: dict[WorkloadKey, Workload] = {}
         self.by_name: dict[tuple[str, str], WorkloadKey] = {}
