@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from collector_bench import gpuscale_binary
 
 from gpuscale import codec, subjects
 from gpuscale.embedded_nats import EmbeddedNats, free_port
@@ -169,11 +170,6 @@ spec:
         image: vllm/vllm-openai:v0.10.1
         resources: {limits: {nvidia.com/gpu: 1}}
 """
-
-
-def gpuscale_binary() -> str:
-    candidate = Path(sys.executable).parent / "gpuscale"
-    return str(candidate) if candidate.exists() else "gpuscale"
 
 
 def wait_http(url: str, timeout_s: float) -> None:
