@@ -36,8 +36,8 @@ _KNOWN_PLURALS: Final[dict[tuple[str, str], str]] = {
     ("", "ReplicationController"): "replicationcontrollers",
 }
 
-# Kinds whose scale subresource is exactly ``spec.replicas`` of the object, so
-# one PATCH of the object can change replicas and annotations atomically.
+# The built-in kinds, whose Scale is ``spec.replicas`` of the object and carries the
+# object's own metadata (its uid included); any other kind's uid is read off the object.
 REPLICAS_IN_SPEC: Final[frozenset[tuple[str, str]]] = frozenset(_KNOWN_PLURALS)
 
 
