@@ -13,13 +13,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import nats.errors
 import pytest
 from nats.js.errors import KeyNotFoundError
 
 from gpuscale import subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.jetstreams import declare_kv
-from gpuscale.natsio import NATS, jetstream
+from gpuscale.metrics import ServiceMetrics
+from gpuscale.natsio import NATS, connect, jetstream
 from gpuscale_decider import sources
 from gpuscale_decider.sources import state_key
 from gpuscale_kubesim import KubeSim
@@ -128,3 +130,27 @@ async def test_a_tenant_moving_its_gpuscaler_from_target_to_target_leaves_the_bu
         # Every write went through, the roaming tenant's own included.
         assert running.metric("gpuscale_decider_publish_failures_total") == 0
         assert not running.task.done()
+
+
+async def test_purge_markers_nats_refused_to_remove_are_removed_on_the_next_sweep(
+    nats_server: EmbeddedNats, nats_client: NATS
+) -> None:
+    js = jetstream(nats_client)
+    desired = await declare_kv(js, subjects.DESIRED)
+    await declare_kv(js, subjects.decider_state())
+    key = subjects.WorkloadKey(HOSTILE_NS, "Deployment", "left")
+    await desired.put(subjects.desired_key(key), b"3")
+    leaving = await connect([nats_server.url], ServiceMetrics("leaving"), name="leaving")
+    retirement = sources.Retirement(
+        jetstream(leaving), subjects.DESIRED_BUCKET, subjects.DECIDER_STATE_BUCKET
+    )
+    await retirement.retire(key, 0.0)
+    await leaving.close()  # NATS away for this sweep
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await retirement.sweep(sources.MARKER_KEEP_S)
+    assert key in retirement.markers, "a refused purge keeps its marker to try again"
+    retirement.js = js
+    await retirement.sweep(sources.MARKER_KEEP_S)
+    assert not retirement.markers
+    stream = f"KV_{subjects.DESIRED_BUCKET}"
+    assert (await js.stream_info(stream)).state.messages == 0

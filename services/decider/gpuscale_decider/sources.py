@@ -186,6 +186,6 @@ class Retirement:
             key, (at, written) = next(iter(self.markers.items()))
             if now - at < MARKER_KEEP_S:
                 return
-            del self.markers[key]
-            for stream, subject, seq in written:
+            for stream, subject, seq in written:  # a purge up to a sequence may be repeated
                 await self.js.purge_stream(stream, seq=seq + 1, subject=subject)
+            del self.markers[key]  # only once removed: a refused purge is tried on the next tick
