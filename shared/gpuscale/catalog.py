@@ -135,19 +135,19 @@ CATALOG: Final[tuple[Metric, ...]] = (
         Unit.REQUESTS_PER_S,
         Scope.POD,
         DemandKind.LEVEL,
-        "requests arriving: the finished rate plus the growth of waiting + running, over the collector's "
-        "last two scrapes (Knative's requests-per-second target)",
-        "the engine's finished-request counters and its gauges (below)",
+        "requests arriving: every request that left (served, gave up or failed) plus the growth of "
+        "waiting + running, over the collector's last two scrapes (Knative's requests-per-second target)",
+        "the engine's finished-request counters, failures and aborts included, and its gauges (below)",
     ),
     Metric(
         "request_completion_rate",
         Unit.REQUESTS_PER_S,
         Scope.POD,
         DemandKind.LEVEL,
-        "requests finished: what the pod serves (at saturation, its capacity)",
-        "vLLM `vllm:request_success_total`, SGLang `sglang:e2e_request_latency_seconds_count`, TGI "
-        "`tgi_request_success` + `tgi_request_failure`, Triton `nv_inference_request_success` + "
-        "`nv_inference_request_failure`",
+        "requests served: what the pod finishes (at saturation, its capacity); not those that gave up or failed",
+        'vLLM `vllm:request_success_total` but `finished_reason="abort"`, SGLang '
+        "`sglang:e2e_request_latency_seconds_count`, TGI `tgi_request_success`, Triton "
+        "`nv_inference_request_success`",
     ),
 )
 

@@ -188,20 +188,36 @@ def test_a_counter_of_the_wrong_type_is_a_problem(page: str, problem: str) -> No
 
 
 def test_worked_example() -> None:
-    """Counters 100 → 116 in 2 s while waiting + running grows 20 → 36: 8/s
-    finished, and 16/s came in (the 8/s that finished and 8/s more in the pod)."""
+    """Counters 100 → 116 in 2 s while waiting + running grows 20 → 36: 8/s left
+    the pod, and 16/s came in (the 8/s that left and 8/s more in the pod); of those
+    that left, 2 gave up (abort), so 7/s were served."""
     before = read(vllm_page(stop=60, length=40, waiting=5, running=15))
     after = read(vllm_page(stop=70, length=44, abort=2, waiting=12, running=24))
     assert (before.requests_finished, after.requests_finished) == (100.0, 116.0)
     rates = flows(before, 10.0, after, 12.0)
-    assert rates == Flows(arrival=16.0, completion=8.0)  # exact in binary floating point
+    assert rates == Flows(arrival=16.0, completion=7.0)  # exact in binary floating point
     assert after.signals(rates) == EngineSignals(
         "vllm",
         requests_waiting=12.0,
         requests_running=24.0,
         request_arrival_rate=16.0,
-        request_completion_rate=8.0,
+        request_completion_rate=7.0,
     )
+
+
+def test_requests_that_give_up_waiting_arrived_but_are_not_served() -> None:
+    """A pod with a deep queue, finishing 8/s while 4/s give up: they left (the queue
+    shrank by them), so arrivals count them, but the pod's service rate is 8/s, not 12/s."""
+    before = read(vllm_page(stop=100, length=0, abort=10, waiting=200, running=16))
+    after = read(vllm_page(stop=108, length=0, abort=14, waiting=196, running=16))
+    assert flows(before, 0.0, after, 1.0) == Flows(arrival=8.0, completion=8.0)
+
+
+def test_failed_requests_arrived_but_are_not_served() -> None:
+    page = "# TYPE tgi_request_success counter\ntgi_request_success {}\n# TYPE tgi_request_failure counter\ntgi_request_failure {}\n"
+    gauges = "tgi_queue_size 0\ntgi_batch_current_size 4\n"
+    before, after = read(page.format(10, 5) + gauges), read(page.format(13, 8) + gauges)
+    assert flows(before, 0.0, after, 1.0) == Flows(arrival=6.0, completion=3.0)
 
 
 def test_a_draining_pod_arrives_at_zero_not_below() -> None:
@@ -328,9 +344,11 @@ async def test_two_scrapes_of_a_pod_give_its_rates() -> None:
     assert (second.requests_waiting, second.requests_running) == (12.0, 24.0)
     completion = second.request_completion_rate
     assert completion is not None
-    # The two answers came within these bounds: 16 finished over that time.
-    assert 16.0 / (second_done - first_asked) <= completion <= 16.0 / (second_asked - first_done)
-    assert second.request_arrival_rate == pytest.approx(2.0 * completion)  # 16 finished, 16 more in the pod
+    # The two answers came within these bounds: 16 left over that time, 2 of them gave up: 14 served.
+    assert 14.0 / (second_done - first_asked) <= completion <= 14.0 / (second_asked - first_done)
+    assert second.request_arrival_rate == pytest.approx(
+        32.0 / 14.0 * completion
+    )  # 16 left, 16 more in the pod
     assert (back.request_arrival_rate, back.request_completion_rate) == (None, None)
 
 

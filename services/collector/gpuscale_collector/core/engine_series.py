@@ -60,6 +60,10 @@ class FinishedCounter:
     engine: str
     family: str  # as the parser names it from its TYPE line (a counter's without ``_total``)
     kind: Literal["counter", "histogram"] = "counter"
+    # Requests that left without being served (failed, or gave up): they count as departures
+    # (what arrived and left), not as what the pod serves. All of the family, or samples with a label.
+    served: bool = True
+    unserved_label: tuple[str, str] | None = None
 
     @property
     def sample(self) -> str:
@@ -68,12 +72,13 @@ class FinishedCounter:
 
 
 FINISHED: Final = (
-    FinishedCounter("vllm", "vllm:request_success"),  # every finished_reason: stop, length, abort
+    # Every finished_reason (stop, length, abort); an abort (a client that gave up) was not served.
+    FinishedCounter("vllm", "vllm:request_success", unserved_label=("finished_reason", "abort")),
     FinishedCounter("sglang", "sglang:e2e_request_latency_seconds", kind="histogram"),
     FinishedCounter("tgi", "tgi_request_success"),
-    FinishedCounter("tgi", "tgi_request_failure"),
+    FinishedCounter("tgi", "tgi_request_failure", served=False),
     FinishedCounter("triton", "nv_inference_request_success"),
-    FinishedCounter("triton", "nv_inference_request_failure"),
+    FinishedCounter("triton", "nv_inference_request_failure", served=False),
 )
 # Without a TYPE line the parser names the family after its samples as written
 # (``vllm:request_success_total``, TGI's bare ``tgi_request_success``).

@@ -25,6 +25,7 @@ from gpuscale_collector.core.engine_page import PageLimits as PageLimits
 from gpuscale_collector.core.engine_page import PageReader as PageReader
 from gpuscale_collector.core.engine_page import PageRefused as PageRefused
 from gpuscale_collector.core.engine_page import select_lines as select_lines
+from gpuscale_collector.core.engine_series import FINISHED
 from gpuscale_collector.core.engine_series import FINISHED_BY_FAMILY as FINISHED_BY_FAMILY
 from gpuscale_collector.core.engine_series import SERIES as SERIES
 from gpuscale_collector.core.engine_series import FinishedCounter as FinishedCounter
@@ -128,13 +129,16 @@ class FamilyLike(Protocol):
 
 # One counter series: its sample name and labels (sorted).
 CounterKey = tuple[str, tuple[tuple[str, str], ...]]
+# The finished-request samples of requests not served: whole families, or samples with a label.
+_UNSERVED_SAMPLES: Final = frozenset(c.sample for c in FINISHED if not c.served)
+_UNSERVED_LABELS: Final = {c.sample: c.unserved_label for c in FINISHED if c.unserved_label is not None}
 
 
 class Flows(NamedTuple):
     """Requests/s between two scrapes of a pod; None where they cannot be told."""
 
     arrival: float | None = None
-    completion: float | None = None
+    completion: float | None = None  # served: requests that failed or gave up arrived, but were not served
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,15 +187,28 @@ def flows(previous: EngineReading, previous_at: float, current: EngineReading, c
     for key, value in previous.finished_series:
         if now.get(key, -1.0) < value:
             return Flows()
-    completion = max(0.0, after - before) / elapsed
-    if not math.isfinite(completion):
+    departed = max(0.0, after - before) / elapsed
+    completion = max(0.0, _served(current) - _served(previous)) / elapsed
+    if not (math.isfinite(departed) and math.isfinite(completion)):
         return Flows()  # a counter that leapt by ~1e308 in a moment is no rate (the wire takes finite values)
     held_before = _in_pod(previous)
     held_after = _in_pod(current)
     arrival = None
     if held_before is not None and held_after is not None:
-        arrival = max(0.0, completion + (held_after - held_before) / elapsed)
+        arrival = max(0.0, departed + (held_after - held_before) / elapsed)
     return Flows(arrival if arrival is not None and math.isfinite(arrival) else None, completion)
+
+
+def _served(reading: EngineReading) -> float:
+    """The finished-request series that count requests served, summed (not those that failed or gave up)."""
+    return _sum(value for key, value in reading.finished_series if not _unserved(key))
+
+
+def _unserved(key: CounterKey) -> bool:
+    if key[0] in _UNSERVED_SAMPLES:
+        return True
+    label = _UNSERVED_LABELS.get(key[0])
+    return label is not None and label in key[1]
 
 
 def _sum(values: Iterable[float]) -> float:
