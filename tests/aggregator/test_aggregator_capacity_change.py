@@ -72,3 +72,17 @@ def test_a_stale_pod_keeps_its_window_and_stays_listed() -> None:
     assert m.since == NOW + 10
     assert {p.pod: p.values.gpu_util for p in m.pods} == {"a-1": 20.0, "a-2": 80.0}
     assert (m.pods_fresh, m.pods_stale) == (1, 1)
+
+
+def test_an_old_pod_s_first_sample_after_a_change_goes_once_it_has_one_wholly_after() -> None:
+    """A sample describes the interval before it: the old pods' first after a-3 joined still
+    covers part of the load they carried alone (90 here, 67 since)."""
+    agg = Aggregator(WindowConfig(window_s=W))
+    feed(agg, {NOW + t: {"a-1": 100.0, "a-2": 100.0} for t in range(20)})
+    feed(agg, {NOW + 20: {"a-1": 90.0, "a-2": 90.0, "a-3": 66.0}})
+    told_at_once = bert(agg, NOW + 20)
+    assert {p.pod: p.values.gpu_util for p in told_at_once.pods} == {"a-1": 90.0, "a-2": 90.0, "a-3": 66.0}
+    feed(agg, {NOW + t: {"a-1": 67.0, "a-2": 67.0, "a-3": 66.0} for t in (21, 22)})
+    m = bert(agg, NOW + 22)
+    assert {p.pod: p.values.gpu_util for p in m.pods} == {"a-1": 67.0, "a-2": 67.0, "a-3": 66.0}
+    assert m.since == NOW + 20

@@ -130,11 +130,11 @@ class WindowStore(PodWindows):
     ) -> None:
         """Evict the pods' buckets before ``cutoff`` (``after``, for the pods heard since capacity
         grew); the pods left with none go, and the workload with its last."""
-        last_seen, oldest_of, opened, lengths = self._last_seen, self._oldest, self._open, self._len
+        oldest_of, opened, lengths = self._oldest, self._open, self._len
         slot_ts, slots, inv, evict = self._ts, self.slots, self._inv_bucket, self._evict
         gone = []
         for pod, pid in members.items():
-            pod_cutoff = cutoff if after is None or last_seen[pid] <= after else after
+            pod_cutoff = cutoff if after is None else self._cut_after_change(pid, cutoff, after)
             oldest = oldest_of[pid]
             if oldest < opened[pid] and lengths[pid] == slots:
                 held = slot_ts[pid * slots + oldest % slots]
@@ -144,6 +144,17 @@ class WindowStore(PodWindows):
                 gone.append(pod)
         if gone:
             self._release(workload, members, gone)
+
+    def _cut_after_change(self, pid: int, cutoff: float, after: float) -> float:
+        """Where a pod's window starts after a capacity change: ``after`` once it is heard since,
+        one sample interval later once it has a sample from then (a sample describes the interval
+        before it: the first after the change still partly covers the load before); the whole
+        window for a pod not heard since (a stale pod keeps its samples)."""
+        seen = self._last_seen[pid]
+        if seen <= after:
+            return cutoff
+        clean = after + self._interval[pid]
+        return clean if seen > clean else after
 
     def _release(self, workload: WorkloadTuple, members: dict[str, int], gone: list[str]) -> None:
         """Pods with nothing left in the window go (their numbers back in the order they joined)."""
@@ -190,7 +201,7 @@ class WindowStore(PodWindows):
         for pod in sorted(members):
             pid = members[pod]
             seen = last_seen[pid]
-            pod_cutoff = cutoff if after is None or seen <= after else after
+            pod_cutoff = cutoff if after is None else self._cut_after_change(pid, cutoff, after)
             t = pid * per_pod
             eid = engine_ids[pid]
             current = opened[pid]
