@@ -45,8 +45,16 @@ def test_served_a_pod_serving_all_that_arrives_reads_its_value() -> None:
 
 
 def test_served_a_gpu_pinned_with_twice_what_it_serves_arriving_is_asked_for_200() -> None:
-    # U = C × S: 100 % at 8/s is 12.5 GPU-% per request/s; 16/s arrive: 200 GPU-%.
-    assert one("gpu_util", 70, P({"gpu_util": 100.0, **flows(16.0, 8.0)})) == pytest.approx(200.0)
+    # U = C × S: 100 % at 8/s is 12.5 GPU-% per request/s; 16/s arrive (2 wait): 200 GPU-%.
+    assert one(
+        "gpu_util", 70, P({"gpu_util": 100.0, **flows(16.0, 8.0, requests_waiting=2.0)})
+    ) == pytest.approx(200.0)
+
+
+def test_served_a_pod_filling_without_a_queue_reads_its_value() -> None:
+    # Just ready: 8/s arrive, 3/s finish so far, none waits: the other 5/s are requests that
+    # started and run (the reading shows them as they do), not demand beyond the pod.
+    assert one("gpu_util", 70, P({"gpu_util": 60.0, **flows(8.0, 3.0)})) == pytest.approx(60.0)
 
 
 def test_served_a_backlog_being_worked_off_counts_at_what_arrives() -> None:
@@ -67,6 +75,35 @@ def test_served_a_backlog_the_target_s_headroom_serves_within_the_window_asks_fo
     assert one("gpu_util", 70, pod) == pytest.approx(100.0)
 
 
+def test_served_a_backlog_past_the_headroom_reads_arrivals_over_the_window() -> None:
+    # The last seconds' 16/s are not read: a utilization target's headroom, not a queue
+    # target, speaks for the backlog (120 waiting: 20 GPU-% past it, as above).
+    now = {"requests_waiting": 120.0, "request_arrival_rate": 16.0, "request_completion_rate": 8.0}
+    pod = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent=now)
+    assert one("gpu_util", 70, pod) == pytest.approx(120.0)
+
+
+def test_served_pods_asked_for_and_starting_bring_their_headroom_for_the_backlog() -> None:
+    # 120 waiting (50 GPU-% over 30 s): one pod's 30 GPU-% headroom leaves 20 asked for; with
+    # two more pods starting, 90 GPU-% of headroom serves it all once they take their share.
+    pod = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent={"requests_waiting": 120.0})
+    _, observation = world((pod,), window_s=WINDOW_S)
+    assert demand("gpu_util", 70, observation, None).values["bert-0"] == pytest.approx(120.0)
+    assert demand("gpu_util", 70, observation, None, starting=2).values["bert-0"] == pytest.approx(100.0)
+
+
+def test_queue_pods_starting_tolerate_their_target_s_queue_too() -> None:
+    # 34 waiting at λ = μ = 8: 30 over one pod's target of 4 (1/s more over 30 s); with two pods
+    # starting, 3 × 4 are tolerated and 22 are over.
+    pod = P({"requests_waiting": 34.0, **flows(8.0, 8.0)})
+    _, observation = world((pod,), window_s=WINDOW_S, metric="requests_waiting")
+    rate = ServiceRate(8.0, True)
+    alone = demand("requests_waiting", 4, observation, rate).values["bert-0"]
+    assert alone == pytest.approx(4.0 * (8.0 / RHO_4 + 30.0 / 30.0) / 8.0)
+    starting = demand("requests_waiting", 4, observation, rate, starting=2).values["bert-0"]
+    assert starting == pytest.approx(4.0 * (8.0 / RHO_4 + 22.0 / 30.0) / 8.0)
+
+
 def test_served_a_metric_without_a_ceiling_keeps_no_headroom_for_a_backlog() -> None:
     # requests_running: 16 running at 8/s finished, 2 s each; 60 waiting over 30 s is 2/s more.
     pod = P({"requests_running": 16.0, **flows(8.0, 8.0)}, recent={"requests_waiting": 60.0})
@@ -75,8 +112,12 @@ def test_served_a_metric_without_a_ceiling_keeps_no_headroom_for_a_backlog() -> 
 
 @pytest.mark.parametrize("name", ["sm_active", "sm_util", "kv_cache_usage", "requests_running"])
 def test_served_every_metric_proportional_to_what_is_served_scales_with_what_is_asked(name: str) -> None:
-    # Little's law for running requests (R = C × T), the utilization law for the rest.
-    assert one(name, 10, P({name: 40.0, **flows(12.0, 8.0)})) == pytest.approx(60.0)
+    # Little's law for running requests (R = C × T), the utilization law for the rest; 2 wait,
+    # which a metric without a ceiling also asks for (5 per request/s × 2 / 30 s).
+    backlog = 5.0 * 2.0 / WINDOW_S if name == "requests_running" else 0.0
+    assert one(name, 10, P({name: 40.0, **flows(12.0, 8.0, requests_waiting=2.0)})) == pytest.approx(
+        60.0 + backlog
+    )
 
 
 def test_served_too_few_finished_to_price_a_request_reads_the_value() -> None:
@@ -131,6 +172,28 @@ def test_queue_a_backlog_over_the_target_is_served_within_the_window_at_mu() -> 
     # 4 + 120 waiting at λ = μ = 8: 120 more over 30 s is 4/s, half a pod at its limit.
     pod = P({"requests_waiting": 124.0, **flows(8.0, 8.0)})
     assert one("requests_waiting", 4, pod) == pytest.approx(4.0 * (8.0 / RHO_4 + 4.0) / 8.0)
+
+
+def test_queue_over_its_target_is_sized_on_what_arrives_now_not_on_the_window_s_mean() -> None:
+    # A step: the window still averages 8/s, the last seconds 16/s, and 10 wait (6 over 4):
+    # the queue shows the 16/s have lasted, so 16/s at ρ₄ plus 6 over 30 s, at μ = 8.
+    now = {"requests_waiting": 10.0, "request_arrival_rate": 16.0, "request_completion_rate": 8.0}
+    pod = P({"requests_waiting": 6.0, **flows(8.0, 8.0)}, recent=now)
+    assert one("requests_waiting", 4, pod) == pytest.approx(4.0 * (16.0 / RHO_4 + 6.0 / 30.0) / 8.0)
+
+
+def test_queue_within_its_target_reads_arrivals_over_the_window() -> None:
+    # A burst of the last seconds with 3 waiting: the queue absorbs it, the window's 8/s stand.
+    now = {"requests_waiting": 3.0, "request_arrival_rate": 16.0, "request_completion_rate": 8.0}
+    pod = P({"requests_waiting": 2.0, **flows(8.0, 8.0)}, recent=now)
+    assert one("requests_waiting", 4, pod) == pytest.approx(4.0 * (8.0 / RHO_4) / 8.0)
+
+
+def test_queue_over_its_target_with_arrivals_falling_reads_the_window_s_larger_mean() -> None:
+    # The backlog of a load that is leaving: the window's 12/s still ask, not the last 4/s.
+    now = {"requests_waiting": 34.0, "request_arrival_rate": 4.0, "request_completion_rate": 8.0}
+    pod = P({"requests_waiting": 30.0, **flows(12.0, 8.0)}, recent=now)
+    assert one("requests_waiting", 4, pod) == pytest.approx(4.0 * (12.0 / RHO_4 + 1.0) / 8.0)
 
 
 def test_queue_gone_keeps_the_pods_that_serve_what_arrives_at_the_remembered_rate() -> None:
@@ -201,7 +264,7 @@ def test_wild_but_finite_rates_neither_crash_nor_pass_max_replicas(arriving: flo
 
 
 def test_a_step_pinned_one_pod_with_twice_its_service_arriving_asks_for_three_at_70() -> None:
-    s = step(policy(), 1, (P({"gpu_util": 100.0, **flows(16.0, 8.0)}),))
+    s = step(policy(), 1, (P({"gpu_util": 100.0, **flows(16.0, 8.0, requests_waiting=2.0)}),))
     assert s.decision is not None
     assert s.decision.to_replicas == 3
 
@@ -243,8 +306,22 @@ def test_an_estimate_is_finite_for_every_row() -> None:
 
 def test_served_just_after_a_capacity_change_a_rate_needs_its_requests_within_the_span() -> None:
     # 2 requests/s over the 1 s the means cover: 2 finished, too few to price one.
-    pod = P({"gpu_util": 90.0, **flows(6.0, 2.0)})
+    pod = P({"gpu_util": 90.0, **flows(6.0, 2.0, requests_waiting=2.0)})
     _, observation = world((pod,), window_s=WINDOW_S, metric="gpu_util")
     short = replace(observation, span_s=1.0)
     assert demand("gpu_util", 70, short, None).values["bert-0"] == 90.0
     assert demand("gpu_util", 70, observation, None).values["bert-0"] == pytest.approx(270.0)
+
+
+# --- a pod that just joined ------------------------------------------------------------
+
+
+def test_a_pod_that_joined_without_rates_yet_beside_pods_with_them_is_missing() -> None:
+    # Its first scrape has no rates (a rate is a difference of two): its reading, taken while its
+    # share of the load arrived, is no estimate, and HPA's missing-pod rules count it.
+    pods = (P({"gpu_util": 100.0, **flows(16.0, 8.0, requests_waiting=2.0)}), P({"gpu_util": 96.0}))
+    _, observation = world(pods, window_s=WINDOW_S)
+    joined = demand("gpu_util", 70, replace(observation, span_s=1.2), None)
+    assert dict(joined.values) == {"bert-0": pytest.approx(200.0)}
+    steady = demand("gpu_util", 70, observation, None)  # no pod joined: an engine without rates
+    assert dict(steady.values) == {"bert-0": pytest.approx(200.0), "bert-1": 96.0}

@@ -11,7 +11,15 @@ pod's service rate, which it reaches once requests wait. λ and C are the
 window's means of the engine's rates (the window says how long a load must
 last to count); W is the queue at its latest level (its mean over the recent
 span: a stock is read where it is now). A pod is asked to serve what arrives,
-and its backlog within one window, less the backlog the policy tolerates.
+and its backlog within one window, less the backlog the policy tolerates (that
+of the pods asked for and still starting too: they take their share once ready).
+Where a pod's queue stands over a queue target, λ is the larger of the window's
+mean and the recent span's: the queue is the stock of what arrived beyond what
+was served, so it shows the newer arrivals have lasted (the window would
+otherwise average them with the time before a step, and ask late). A served
+metric's target keeps headroom for a backlog instead, and reads λ over the
+window the user set (a rate over a few seconds is too noisy to size pods on
+when nothing else confirms it).
 
 =======  ============================================  ===========================================  ==========================
 kind     metrics                                       estimate                                     why
@@ -23,13 +31,17 @@ served   gpu_util, sm_active, sm_util,                 value/C × λ + (value/C 
                                                                                                     headroom the target keeps
                                                                                                     below a ceiling (100 − target
                                                                                                     for a %, none for running):
-                                                                                                    it serves that much backlog
+                                                                                                    it serves that much backlog;
+                                                                                                    without a queue λ is read
+                                                                                                    up to C (more is starting)
 queue    requests_waiting                              target × (λ/ρ + (W − target)⁺/window) / μ   a pod is one server with
                                                                                                     random arrivals (M/M/1):
                                                                                                     its mean queue is
                                                                                                     ρ²/(1 − ρ) at ρ = λ/μ, so a
                                                                                                     target holds it at the ρ
-                                                                                                    where that is ``target``
+                                                                                                    where that is ``target``;
+                                                                                                    past the target, λ is also
+                                                                                                    read over the recent span
 level    the memory and power metrics; any metric      value                                        HPA's: no model of the
          whose pod's engine sends no rates                                                          metric, or nothing to
                                                                                                     apply it to
@@ -114,7 +126,7 @@ def metrics_read(policy: tuple[MetricTarget, ...]) -> tuple[tuple[str, ...], tup
     names = [m.name for m in policy]
     if not any(name in DEMAND for name in names):
         return tuple(names), ()
-    return tuple(dict.fromkeys([*names, ARRIVAL, COMPLETION, WAITING, BUSY])), (WAITING, COMPLETION)
+    return tuple(dict.fromkeys([*names, ARRIVAL, COMPLETION, WAITING, BUSY])), (WAITING, COMPLETION, ARRIVAL)
 
 
 def service_rate(observation: Observation, remembered: float | None) -> ServiceRate | None:
@@ -148,37 +160,54 @@ def service_rate(observation: Observation, remembered: float | None) -> ServiceR
     return None
 
 
-def demand(name: str, target: float, observation: Observation, rate: ServiceRate | None) -> Demand:
-    """Each fresh pod's estimate of ``name`` (its row of :data:`DEMAND`)."""
+def demand(
+    name: str, target: float, observation: Observation, rate: ServiceRate | None, starting: int = 0
+) -> Demand:
+    """Each fresh pod's estimate of ``name`` (its row of :data:`DEMAND`). ``starting``: pods
+    asked for and not yet serving; they take their share of arrivals once ready, so what their
+    target tolerates (a queue's target, a served metric's headroom) serves the backlog too."""
     values = observation.values.get(name, {})
     kind = DEMAND.get(name, DemandKind.LEVEL)
     if kind is DemandKind.LEVEL or (kind is DemandKind.QUEUE and rate is None):
         return Demand(values, 0)
     window, span = observation.window_s, _span(observation)
     arrival = observation.values.get(ARRIVAL, {})
+    arrival_now = observation.recent.get(ARRIVAL, {})
     completion = observation.values.get(COMPLETION, {})
     waiting_now = observation.recent.get(WAITING) or observation.values.get(WAITING, {})
-    room = max(0.0, CEILINGS[name] - target) if name in CEILINGS else 0.0
     queue = kind is DemandKind.QUEUE
+    share = 1.0 + starting / max(1, len(values))  # the tolerated backlog of the pods asked for, per pod here
+    room = share * (target if queue else max(0.0, CEILINGS[name] - target) if name in CEILINGS else 0.0)
     per_pod = rate.per_pod if rate is not None else math.nan  # read by a queue only, which has one
     busy = held_busy(target) if queue else math.nan
     out: dict[str, float] = {}
     estimated = 0
     arriving = waiting = served = 0.0
+    # A pod that joined within the window has no rates until its second scrape (a rate is a
+    # difference of two); beside pods that have them its reading is no estimate: it is missing.
+    joined = observation.span_s is not None and bool(arrival)
     for pod, value in values.items():
         lam, c = arrival.get(pod), completion.get(pod)
         if lam is None or c is None:
-            out[pod] = value
+            if not joined:
+                out[pod] = value
             continue
         w = waiting_now.get(pod, 0.0)
         if queue:
-            estimate = target * (lam / busy + max(0.0, w - target) / window) / per_pod
+            backlog = max(0.0, w - room) / window
+            asked = lam
         elif c * span >= MIN_FINISHED:
             cost = value / c  # the metric per request/s served
-            estimate = cost * lam + max(0.0, cost * w / window - room)
+            backlog = max(0.0, cost * w / window - room)
+            # Arrivals beyond what finishes are demand where they wait; without a queue they are
+            # requests starting (a pod filling after it became ready), which the reading shows as they run.
+            asked = lam if w >= QUEUED else min(lam, c)
         else:
             out[pod] = value  # too few finished to tell what a request costs
             continue
+        if queue and backlog > 0.0:  # a queue over its target shows the recent arrivals have lasted
+            asked = lam = max(lam, arrival_now.get(pod, lam))
+        estimate = target * (asked / busy + backlog) / per_pod if queue else cost * asked + backlog
         if not math.isfinite(estimate):
             out[pod] = value
             continue

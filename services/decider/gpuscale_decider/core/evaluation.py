@@ -30,6 +30,7 @@ from gpuscale_decider.core.demand import QUEUES, ServiceRate, demand, service_ra
 from gpuscale_decider.core.observation import Observation, Target, same_window
 from gpuscale_decider.core.replicas import (
     MetricProposal,
+    Phase,
     PodView,
     Tolerances,
     fmt_seconds,
@@ -282,8 +283,9 @@ def _proposals(
                 measured = Capacity(now, rate.per_pod)
             break
     proposals = []
+    starting = sum(1 for p in pods if p.phase == Phase.PENDING and not p.deleting)
     for m in spec.metrics:
-        d = demand(m.name, m.target, observation, rate)
+        d = demand(m.name, m.target, observation, rate, starting)
         estimated = d if d.estimated else None
         proposals.append(
             metric_proposal(
