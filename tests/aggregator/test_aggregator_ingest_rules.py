@@ -172,8 +172,8 @@ _values = st.one_of(
     st.integers(min_value=-10, max_value=2**64 - 1),
     st.booleans(),
     st.text(max_size=3),
-    st.just({}),
-    st.just([]),
+    st.builds(dict),  # a new one each draw: one shared {} set inside itself made a cycle, not a batch
+    st.builds(list),
 )
 _gpu_keys = [
     "uuid",
