@@ -51,10 +51,19 @@ def test_served_a_gpu_pinned_with_twice_what_it_serves_arriving_is_asked_for_200
     ) == pytest.approx(200.0)
 
 
-def test_served_a_pod_filling_without_a_queue_reads_its_value() -> None:
+def test_served_a_pod_filling_just_after_a_pod_joined_reads_its_value() -> None:
     # Just ready: 8/s arrive, 3/s finish so far, none waits: the other 5/s are requests that
     # started and run (the reading shows them as they do), not demand beyond the pod.
-    assert one("gpu_util", 70, P({"gpu_util": 60.0, **flows(8.0, 3.0)})) == pytest.approx(60.0)
+    pod = P({"gpu_util": 60.0, **flows(8.0, 3.0)})
+    _, observation = world((pod,), window_s=WINDOW_S)
+    joined = replace(observation, span_s=5.0)
+    assert demand("gpu_util", 70, joined, None).values["bert-0"] == pytest.approx(60.0)
+
+
+def test_served_a_rise_without_a_queue_asks_for_what_arrives() -> None:
+    # Completions lag arrivals by a service time: U = C × S, so 60 % at 3/s finished is
+    # 20 GPU-% per request/s, and the 8/s arriving will keep it 160 % busy once they run.
+    assert one("gpu_util", 70, P({"gpu_util": 60.0, **flows(8.0, 3.0)})) == pytest.approx(160.0)
 
 
 def test_served_a_backlog_being_worked_off_counts_at_what_arrives() -> None:

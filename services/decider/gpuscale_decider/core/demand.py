@@ -199,9 +199,9 @@ def demand(
         elif c * span >= MIN_FINISHED:
             cost = value / c  # the metric per request/s served
             backlog = max(0.0, cost * w / window - room)
-            # Arrivals beyond what finishes are demand where they wait; without a queue they are
-            # requests starting (a pod filling after it became ready), which the reading shows as they run.
-            asked = lam if w >= QUEUED else min(lam, c)
+            # Just after a pod joined, arrivals beyond what a pod without a queue finishes are requests
+            # starting: the new pod fills, and its rates (over the interval before a sample) lag its reading.
+            asked = min(lam, c) if joined and w < QUEUED else lam
         else:
             out[pod] = value  # too few finished to tell what a request costs
             continue
