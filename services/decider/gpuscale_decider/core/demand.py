@@ -32,8 +32,9 @@ served   gpu_util, sm_active, sm_util,                 value/C × λ + (value/C 
                                                                                                     below a ceiling (100 − target
                                                                                                     for a %, none for running):
                                                                                                     it serves that much backlog;
-                                                                                                    without a queue λ is read
-                                                                                                    up to C (more is starting)
+                                                                                                    just after a pod joined,
+                                                                                                    λ is read up to C on a pod
+                                                                                                    without a queue (it fills)
 queue    requests_waiting                              target × (λ/ρ + (W − target)⁺/window) / μ   a pod is one server with
                                                                                                     random arrivals (M/M/1):
                                                                                                     its mean queue is
