@@ -177,8 +177,10 @@ def demand(
     completion = observation.values.get(COMPLETION, {})
     waiting_now = observation.recent.get(WAITING) or observation.values.get(WAITING, {})
     queue = kind is DemandKind.QUEUE
-    share = 1.0 + starting / max(1, len(values))  # the tolerated backlog of the pods asked for, per pod here
-    room = share * (target if queue else max(0.0, CEILINGS[name] - target) if name in CEILINGS else 0.0)
+    # The backlog a pod's target tolerates (a queue's target; a served metric's headroom below its
+    # ceiling, none without one), and that of the pods starting, per pod here.
+    tolerated = target if queue else max(0.0, CEILINGS.get(name, target) - target)
+    room = tolerated * (1.0 + starting / max(1, len(values)))
     per_pod = rate.per_pod if rate is not None else math.nan  # read by a queue only, which has one
     busy = held_busy(target) if queue else math.nan
     out: dict[str, float] = {}
