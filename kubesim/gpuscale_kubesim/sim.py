@@ -202,10 +202,13 @@ class KubeSim:
         }
 
     def write_kubeconfig(self, path: Path | str, token: str | None = None) -> Path:
-        """A kubeconfig for this server, authenticating with ``token`` (if any)."""
+        """A kubeconfig for this server, authenticating with ``token`` (if any). Written whole, then
+        renamed into place: a client that waits for the file never reads it half written."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(yaml.safe_dump(self.kubeconfig(token), sort_keys=False))
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_text(yaml.safe_dump(self.kubeconfig(token), sort_keys=False))
+        partial.replace(target)
         return target
 
     def _write_kubeconfig(self) -> None:
