@@ -44,6 +44,7 @@ class P:
     ready: bool = True
     deleting: bool = False
     recent: Mapping[str, float] | None = None  # means over the last RECENT_S, where sent
+    unschedulable: bool = False  # Pending, and the scheduler found no node for it
 
 
 def running(n: int, value: float | Mapping[str, float] | None) -> tuple[P, ...]:
@@ -62,7 +63,7 @@ def world(
     recent: dict[str, dict[str, float]] = {}
     for i, p in enumerate(pods):
         name = f"bert-{i}"
-        views.append(PodView(name, p.phase, p.ready, p.deleting))
+        views.append(PodView(name, p.phase, p.ready, p.deleting, p.unschedulable))
         pod_values = {metric: p.value} if isinstance(p.value, int | float) else dict(p.value or {})
         for m, v in pod_values.items():
             values.setdefault(m, {})[name] = float(v)

@@ -101,6 +101,22 @@ def test_served_pods_asked_for_and_starting_bring_their_headroom_for_the_backlog
     assert demand("gpu_util", 70, observation, None, starting=2).values["bert-0"] == pytest.approx(100.0)
 
 
+def test_served_a_pod_the_scheduler_has_no_node_for_brings_no_headroom() -> None:
+    # As above, 120 waiting at 100 GPU-% on the one serving pod: two Pending pods that will start
+    # tolerate the backlog (100); two the scheduler left Unschedulable will not serve it (120).
+    serving = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent={"requests_waiting": 120.0})
+    will_start = P(None, phase="Pending", ready=False)
+    no_node = replace(will_start, unschedulable=True)
+
+    def usage(*pending: P) -> float | None:
+        s = step(policy(), 3, (serving, *pending))
+        assert s.evaluation is not None
+        return s.evaluation.proposals[0].usage
+
+    assert usage(will_start, will_start) == pytest.approx(100.0)
+    assert usage(no_node, no_node) == pytest.approx(120.0)
+
+
 def test_queue_pods_starting_tolerate_their_target_s_queue_too() -> None:
     # 34 waiting at λ = μ = 8: 30 over one pod's target of 4 (1/s more over 30 s); with two pods
     # starting, 3 × 4 are tolerated and 22 are over.

@@ -37,13 +37,20 @@ def pod_of(obj: Mapping[str, Any]) -> tuple[str, str, _Pod] | None:
     labels, status = meta.get("labels"), obj.get("status")
     labels = labels if isinstance(labels, Mapping) else {}
     status = status if isinstance(status, Mapping) else {}
-    ready = any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
+    listed = status.get("conditions")
+    conditions = [c for c in listed if isinstance(c, Mapping)] if isinstance(listed, list) else []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    unschedulable = any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in conditions
     )
     phase = status.get("phase")
     view = PodView(
-        name, phase if isinstance(phase, str) else "Pending", ready, meta.get("deletionTimestamp") is not None
+        name,
+        phase if isinstance(phase, str) else "Pending",
+        ready,
+        meta.get("deletionTimestamp") is not None,
+        unschedulable,
     )
     return namespace, name, _Pod({str(k): str(v) for k, v in labels.items()}, view)
 

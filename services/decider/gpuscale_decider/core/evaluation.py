@@ -283,7 +283,8 @@ def _proposals(
                 measured = Capacity(now, rate.per_pod)
             break
     proposals = []
-    starting = sum(1 for p in pods if p.phase == Phase.PENDING and not p.deleting)
+    # Pods asked for and starting; one the scheduler has no node for is not starting.
+    starting = sum(1 for p in pods if p.phase == Phase.PENDING and not (p.deleting or p.unschedulable))
     for m in spec.metrics:
         d = demand(m.name, m.target, observation, rate, starting)
         estimated = d if d.estimated else None

@@ -50,6 +50,7 @@ class PodView:
     phase: str
     ready: bool = True
     deleting: bool = False  # metadata.deletionTimestamp is set
+    unschedulable: bool = False  # Pending, and the scheduler found no node for it (PodScheduled False)
 
 
 class Tolerances(msgspec.Struct, frozen=True):
