@@ -60,6 +60,7 @@ async def test_pending_pods_on_a_cluster_out_of_gpus_do_not_freeze_a_scale_down(
         ),
         what="2 Running and 3 Pending pods",
     )
+
     # The decider reads the scheduler's verdict: those 3 are not starting (they lend no headroom).
     def unschedulable() -> list[bool]:
         views = [parsed[2].view for p in kube_sim.pods("default", "app=llm") if (parsed := pod_of(p))]

@@ -15,6 +15,7 @@ UTIL = policy()  # gpu_util, target 70
 QUEUE = policy(metrics=[{"name": "requests_waiting", "target": 4}])
 # 16 requests/s arrive at a pod that finishes 8/s, over the window.
 FLOWS = {"request_arrival_rate": 16.0, "request_completion_rate": 8.0}
+RECENT = {"requests_waiting": 34.0, "request_completion_rate": 8.0}
 
 CASES = {
     "window mean: HPA's wording": (UTIL, 2, (P(83.0), P(83.0)), "gpu_util 83.0 over target 70", "window mean"),
@@ -33,6 +34,12 @@ CASES = {
         "serves 8.0/s at its limit, measured on a pod with a queue, held 83% busy for the target's queue) "
         "over target 4", "estimated demand",
     ),
+    "a queue over its target: sized on the arrivals of the last seconds, and says so": (
+        # 4 × (24/ρ₄ + (34 − 4)/30) / 8 = 15.0, on 24/s arriving in the last 3 s (16/s over the window).
+        QUEUE, 1, (P({"requests_waiting": 34.0, **FLOWS}, recent={**RECENT, "request_arrival_rate": 24.0}),),
+        "requests_waiting: estimated demand 15.0 requests (24.0 requests/s arriving (the last 3 s: the queue is "
+        "over its target) and 34.0 waiting per pod;", "estimated demand",
+    ),
 }  # fmt: skip
 
 
@@ -49,3 +56,17 @@ def test_the_reason_and_the_inputs_name_the_value_used(
     assert s.decision.inputs["averages_basis"] == {metric: basis}
     if basis == "estimated demand":
         assert "gpu_util 200" not in s.decision.reason
+
+
+def test_a_pod_that_joined_and_has_no_rates_yet_is_named_so_not_as_without_samples() -> None:
+    # It sent a gpu_util reading but not yet two scrapes' rates: HPA's missing-pod rule counts it,
+    # and the reason says which kind of missing it is.
+    pods = (P({"gpu_util": 100.0, **FLOWS, "requests_waiting": 2.0}), P({"gpu_util": 96.0}), P(None))
+    s = step(UTIL, 3, pods, span_s=1.2)
+    assert s.evaluation is not None
+    said = s.evaluation.proposals[0].explanation
+    assert "counting 2 pods without samples or rates yet as 0" in said, said
+    s = step(UTIL, 2, pods[:2], span_s=1.2)
+    assert s.evaluation is not None
+    said = s.evaluation.proposals[0].explanation
+    assert "counting 1 pod without rates yet as 0" in said, said

@@ -105,12 +105,16 @@ class Demand(msgspec.Struct, frozen=True):
     served: float = 0.0
     rate: ServiceRate | None = None  # the queue's μ
     held: float = 1.0  # the queue's ρ: the share of μ its target holds a pod at
+    recent_s: float | None = None  # λ was read over the last seconds (a queue over its target)
+    unrated: int = 0  # pods with a reading but no rates yet, left out as missing
 
     def said(self, name: str) -> str:
         """What the estimate rests on, as the reason tells it ("" where none was made)."""
         if not self.estimated:
             return ""
         flows = f"{fmt(self.arriving)} requests/s arriving"
+        if self.recent_s is not None:
+            flows += f" (the last {self.recent_s:g} s: the queue is over its target)"
         if self.waiting >= QUEUED / 2:
             flows += f" and {fmt(self.waiting)} waiting"
         if DEMAND.get(name) is DemandKind.QUEUE and self.rate is not None:
@@ -187,13 +191,17 @@ def demand(
     out: dict[str, float] = {}
     estimated = 0
     arriving = waiting = served = 0.0
+    unrated = 0
+    recent = False  # some pod's λ was read over the recent span
     # A pod that joined within the window has no rates until its second scrape (a rate is a
     # difference of two); beside pods that have them its reading is no estimate: it is missing.
     joined = observation.span_s is not None and bool(arrival)
     for pod, value in values.items():
         lam, c = arrival.get(pod), completion.get(pod)
         if lam is None or c is None:
-            if not joined:
+            if joined:
+                unrated += 1
+            else:
                 out[pod] = value
             continue
         w = waiting_now.get(pod, 0.0)
@@ -209,8 +217,10 @@ def demand(
         else:
             out[pod] = value  # too few finished to tell what a request costs
             continue
-        if queue and backlog > 0.0:  # a queue over its target shows the recent arrivals have lasted
-            asked = lam = max(lam, arrival_now.get(pod, lam))
+        if queue and backlog > 0.0 and arrival_now.get(pod, lam) > lam:
+            # A queue over its target shows the recent arrivals have lasted.
+            asked = lam = arrival_now[pod]
+            recent = True
         estimate = target * (asked / busy + backlog) / per_pod if queue else cost * asked + backlog
         if not math.isfinite(estimate):
             out[pod] = value
@@ -223,7 +233,9 @@ def demand(
     if not estimated:
         return Demand(values, 0)
     n = float(estimated)
-    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate, busy if queue else 1.0)
+    held = busy if queue else 1.0
+    recent_s = observation.recent_s if recent else None
+    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate, held, recent_s, unrated)
 
 
 def held_busy(target: float) -> float:

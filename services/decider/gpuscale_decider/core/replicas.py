@@ -188,10 +188,15 @@ class MetricProposal(msgspec.Struct, frozen=True):
             left_out = f"; {count_pods(g.unready)} Pending left out" if g.unready else ""
             return f"{head}{left_out}: ceil({g.ready} × {fmt_ratio(ratio)}) = {result}"
         counted: list[str] = []
+        unrated = 0 if self.demand is None else self.demand.unrated  # a reading, but no rates yet
+        without = (
+            "without samples" if not unrated else "without rates yet" if unrated >= g.missing else
+            "without samples or rates yet"
+        )  # fmt: skip
         if self.filled_missing_as:
-            counted.append(f"{count_pods(g.missing)} without samples {self.filled_missing_as}")
+            counted.append(f"{count_pods(g.missing)} {without} {self.filled_missing_as}")
         elif g.missing:
-            counted.append(f"{count_pods(g.missing)} without samples not at all (ratio exactly 1)")
+            counted.append(f"{count_pods(g.missing)} {without} not at all (ratio exactly 1)")
         if self.unready_as_zero:
             counted.append(f"{count_pods(g.unready)} Pending as 0")
         elif g.unready:
