@@ -84,12 +84,27 @@ def test_served_a_backlog_the_target_s_headroom_serves_within_the_window_asks_fo
     assert one("gpu_util", 70, pod) == pytest.approx(100.0)
 
 
-def test_served_a_backlog_past_the_headroom_reads_arrivals_over_the_window() -> None:
-    # The last seconds' 16/s are not read: a utilization target's headroom, not a queue
-    # target, speaks for the backlog (120 waiting: 20 GPU-% past it, as above).
+def test_served_a_pod_with_a_queue_reads_the_last_seconds_arrivals_less_a_count_s_noise() -> None:
+    # A queue stands: the pod is at its limit, and 16/s arrived over the last 3 s, a count of 48
+    # requests: one Poisson standard error below is 16 − √(16/3) = 13.69/s, over the window's
+    # 8/s. 12.5 GPU-% per request/s: 171.1, and the backlog's 20 GPU-% past the headroom.
     now = {"requests_waiting": 120.0, "request_arrival_rate": 16.0, "request_completion_rate": 8.0}
     pod = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent=now)
-    assert one("gpu_util", 70, pod) == pytest.approx(120.0)
+    assert one("gpu_util", 70, pod) == pytest.approx(12.5 * (16.0 - math.sqrt(16.0 / 3.0)) + 20.0)
+
+
+def test_served_a_pod_without_a_queue_reads_arrivals_over_the_window() -> None:
+    # No queue: what the last seconds show is a burst its headroom absorbs, not yet demand.
+    now = {"requests_waiting": 0.5, "request_arrival_rate": 16.0, "request_completion_rate": 8.0}
+    pod = P({"gpu_util": 80.0, **flows(8.0, 8.0)}, recent=now)
+    assert one("gpu_util", 70, pod) == pytest.approx(80.0)
+
+
+def test_served_recent_arrivals_within_their_noise_of_the_window_s_leave_it_as_it_is() -> None:
+    # 9/s over 3 s is 9 − √3 = 7.27/s surely: not more than the window's 8/s.
+    now = {"requests_waiting": 12.0, "request_arrival_rate": 9.0, "request_completion_rate": 8.0}
+    pod = P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent=now)
+    assert one("gpu_util", 70, pod) == pytest.approx(100.0)
 
 
 def test_served_pods_asked_for_and_starting_bring_their_headroom_for_the_backlog() -> None:

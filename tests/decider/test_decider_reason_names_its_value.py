@@ -37,8 +37,14 @@ CASES = {
     "a queue over its target: sized on the arrivals of the last seconds, and says so": (
         # 4 × (24/ρ₄ + (34 − 4)/30) / 8 = 15.0, on 24/s arriving in the last 3 s (16/s over the window).
         QUEUE, 1, (P({"requests_waiting": 34.0, **FLOWS}, recent={**RECENT, "request_arrival_rate": 24.0}),),
-        "requests_waiting: estimated demand 15.0 requests (24.0 requests/s arriving (the last 3 s: the queue is "
+        "requests_waiting: estimated demand 15.0 requests (24.0 requests/s arriving (the last 3 s, the queue is "
         "over its target) and 34.0 waiting per pod;", "estimated demand",
+    ),
+    "a pinned pod with a queue: the last seconds' arrivals, less a count's noise, and says so": (
+        # 24/s over the last 3 s, surely 24 − √8 = 21.17/s, at 12.5 GPU-% per request/s: 264.6.
+        UTIL, 1, (P({"gpu_util": 100.0, **FLOWS, "requests_waiting": 12.0}, recent={**RECENT, "requests_waiting": 12.0, "request_arrival_rate": 24.0}),),
+        "gpu_util: estimated demand 264.6 GPU-% (21.2 requests/s arriving (the last 3 s, less a count's noise: a "
+        "queue stands) and 12.0 waiting, 8.0/s served per pod) over target 70", "estimated demand",
     ),
 }  # fmt: skip
 

@@ -18,9 +18,10 @@ Where a pod's queue stands over a queue target, λ is the larger of the window's
 mean and the recent span's: the queue is the stock of what arrived beyond what
 was served, so it shows the newer arrivals have lasted (the window would
 otherwise average them with the time before a step, and ask late). A served
-metric's target keeps headroom for a backlog instead, and reads λ over the
-window the user set (a rate over a few seconds is too noisy to size pods on
-when nothing else confirms it).
+metric reads λ over the window the user set, except on a pod with a queue: it is
+at its limit, so what arrives beyond it is read over the recent span too, less
+one standard error of a count of random arrivals over those seconds (a few
+seconds' rate is noisy; what it shows beyond its noise is not).
 
 =======  ============================================  ===========================================  ==========================
 kind     metrics                                       estimate                                     why
@@ -35,7 +36,10 @@ served   gpu_util, sm_active, sm_util,                 value/C × λ + (value/C 
                                                                                                     it serves that much backlog;
                                                                                                     just after a pod joined,
                                                                                                     λ is read up to C on a pod
-                                                                                                    without a queue (it fills)
+                                                                                                    without a queue (it fills);
+                                                                                                    on a pod with a queue, λ is
+                                                                                                    also read over the recent
+                                                                                                    span, less √(λ/span)
 queue    requests_waiting                              target × (λ/ρ + (W − target)⁺/window) / μ   a pod is one server with
                                                                                                     random arrivals (M/M/1):
                                                                                                     its mean queue is
@@ -105,7 +109,7 @@ class Demand(msgspec.Struct, frozen=True):
     served: float = 0.0
     rate: ServiceRate | None = None  # the queue's μ
     held: float = 1.0  # the queue's ρ: the share of μ its target holds a pod at
-    recent_s: float | None = None  # λ was read over the last seconds (a queue over its target)
+    recent_s: float | None = None  # λ was read over the last seconds (a queue stood)
     unrated: int = 0  # pods with a reading but no rates yet, left out as missing
 
     def said(self, name: str) -> str:
@@ -113,11 +117,13 @@ class Demand(msgspec.Struct, frozen=True):
         if not self.estimated:
             return ""
         flows = f"{fmt(self.arriving)} requests/s arriving"
+        queue = DEMAND.get(name) is DemandKind.QUEUE
         if self.recent_s is not None:
-            flows += f" (the last {self.recent_s:g} s: the queue is over its target)"
+            why = "the queue is over its target" if queue else "less a count's noise: a queue stands"
+            flows += f" (the last {self.recent_s:g} s, {why})"
         if self.waiting >= QUEUED / 2:
             flows += f" and {fmt(self.waiting)} waiting"
-        if DEMAND.get(name) is DemandKind.QUEUE and self.rate is not None:
+        if queue and self.rate is not None:
             return (
                 f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {self.rate.how},"
                 f" held {self.held:.0%} busy for the target's queue"
@@ -182,6 +188,7 @@ def demand(
     completion = observation.values.get(COMPLETION, {})
     waiting_now = observation.recent.get(WAITING) or observation.values.get(WAITING, {})
     queue = kind is DemandKind.QUEUE
+    recent_s = observation.recent_s or window
     # The backlog a pod's target tolerates (a queue's target; a served metric's headroom below its
     # ceiling, none without one), and that of the pods starting, per pod here.
     tolerated = target if queue else max(0.0, CEILINGS.get(name, target) - target)
@@ -221,6 +228,11 @@ def demand(
             # A queue over its target shows the recent arrivals have lasted.
             asked = lam = arrival_now[pod]
             recent = True
+        elif not queue and w >= QUEUED and (now := _surely(arrival_now.get(pod), recent_s)) > lam:
+            # A pod with a queue is at its limit: what arrives beyond it is read where it is now,
+            # less the noise of a count over a few seconds.
+            asked = lam = now
+            recent = True
         estimate = target * (asked / busy + backlog) / per_pod if queue else cost * asked + backlog
         if not math.isfinite(estimate):
             out[pod] = value
@@ -233,9 +245,16 @@ def demand(
     if not estimated:
         return Demand(values, 0)
     n = float(estimated)
-    held = busy if queue else 1.0
-    recent_s = observation.recent_s if recent else None
-    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate, held, recent_s, unrated)
+    held, read_recent = (busy if queue else 1.0), (recent_s if recent else None)
+    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate, held, read_recent, unrated)
+
+
+def _surely(rate: float | None, span_s: float) -> float:
+    """A rate counted over ``span_s`` less one standard error of a Poisson count (√(λ/s)):
+    the least the arrivals show beyond the noise of a few seconds' requests."""
+    if rate is None or rate <= 0.0:
+        return 0.0
+    return max(0.0, rate - math.sqrt(rate / span_s))
 
 
 def held_busy(target: float) -> float:
