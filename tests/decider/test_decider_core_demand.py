@@ -107,6 +107,35 @@ def test_served_recent_arrivals_within_their_noise_of_the_window_s_leave_it_as_i
     assert one("gpu_util", 70, pod) == pytest.approx(100.0)
 
 
+def rising(now: float, window: float = 2.3) -> tuple[P, ...]:
+    """Four pods 30 % busy on ``window`` requests/s over the window, ``now``/s over the last 3 s."""
+    recent = {"requests_waiting": 0.0, "request_arrival_rate": now, "request_completion_rate": window}
+    window_means = {"gpu_util": 30.0, "requests_waiting": 0.0, **flows(window, window)}
+    return tuple(P(window_means, recent=recent) for _ in range(4))
+
+
+def test_a_scale_down_holds_on_arrivals_that_rose_beyond_the_noise_of_their_count() -> None:
+    # 16/s over the last 3 s across the workload, a count of 48: 1 − 2/√48 of it is surely there,
+    # 11.4/s, over the window's 9.2/s. Each pod is read on 4 × 0.711 = 2.84/s at 30/2.3 GPU-% per
+    # request/s: 37.1, where the window alone says 30.
+    share = 1.0 - 2.0 / math.sqrt(48.0)
+    assert estimates("gpu_util", 70, *rising(4.0)) == pytest.approx(
+        {f"bert-{i}": 30.0 / 2.3 * 4.0 * share for i in range(4)}
+    )
+
+
+def test_arrivals_within_two_standard_errors_of_the_window_s_leave_the_estimate_as_it_is() -> None:
+    # 3/s a pod, 36 in 3 s over the workload: 1 − 2/√36 = 2/3 of 12/s is 8/s, not over 9.2/s.
+    assert estimates("gpu_util", 70, *rising(3.0)) == pytest.approx({f"bert-{i}": 30.0 for i in range(4)})
+
+
+def test_risen_arrivals_hold_an_estimate_up_to_the_target_never_past_it() -> None:
+    # 20/s a pod now: a scale-down is held, but no pod is added on a few seconds without a queue.
+    assert estimates("gpu_util", 70, *rising(20.0)) == pytest.approx({f"bert-{i}": 70.0 for i in range(4)})
+    queue = estimates("requests_waiting", 4, *rising(20.0), remembered=8.0)
+    assert queue == pytest.approx({f"bert-{i}": 4.0 for i in range(4)})
+
+
 def test_served_pods_asked_for_and_starting_bring_their_headroom_for_the_backlog() -> None:
     # 120 waiting (50 GPU-% over 30 s): one pod's 30 GPU-% headroom leaves 20 asked for; with
     # two more pods starting, 90 GPU-% of headroom serves it all once they take their share.

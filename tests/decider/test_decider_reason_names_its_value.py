@@ -76,3 +76,13 @@ def test_a_pod_that_joined_and_has_no_rates_yet_is_named_so_not_as_without_sampl
     assert s.evaluation is not None
     said = s.evaluation.proposals[0].explanation
     assert "counting 1 pod without rates yet as 0" in said, said
+
+
+def test_a_scale_down_held_by_arrivals_that_rose_says_so() -> None:
+    # Four pods 30 % busy on 2.3 requests/s over the window, 4/s each over the last 3 s.
+    recent = {"requests_waiting": 0.0, "request_arrival_rate": 4.0, "request_completion_rate": 2.3}
+    window = {"gpu_util": 30.0, "request_arrival_rate": 2.3, "request_completion_rate": 2.3}
+    s = step(UTIL, 4, tuple(P(window, recent=recent) for _ in range(4)))
+    assert s.decision is not None
+    assert s.decision.to_replicas == 3  # ceil(4 × 37.1/70); the window alone says ceil(4 × 30/70) = 2
+    assert "(more over the last 3 s: estimates held up to the target at most)" in s.decision.reason

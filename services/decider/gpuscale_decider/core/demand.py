@@ -109,8 +109,10 @@ class Demand(msgspec.Struct, frozen=True):
     served: float = 0.0
     rate: ServiceRate | None = None  # the queue's μ
     held: float = 1.0  # the queue's ρ: the share of μ its target holds a pod at
-    recent_s: float | None = None  # λ was read over the last seconds (a queue stood)
+    recent_s: float | None = None  # the recent span, where its arrivals were read
     unrated: int = 0  # pods with a reading but no rates yet, left out as missing
+    read_now: bool = False  # λ read over the recent span: a queue stood
+    held_up: bool = False  # the workload's arrivals rose: the recent ones held estimates up
 
     def said(self, name: str) -> str:
         """What the estimate rests on, as the reason tells it ("" where none was made)."""
@@ -118,11 +120,13 @@ class Demand(msgspec.Struct, frozen=True):
             return ""
         flows = f"{fmt(self.arriving)} requests/s arriving"
         queue = DEMAND.get(name) is DemandKind.QUEUE
-        if self.recent_s is not None:
+        if self.read_now:
             why = "the queue is over its target" if queue else "less a count's noise: a queue stands"
             flows += f" (the last {self.recent_s:g} s, {why})"
         if self.waiting >= QUEUED / 2:
             flows += f" and {fmt(self.waiting)} waiting"
+        if self.held_up:
+            flows += f" (more over the last {self.recent_s:g} s: estimates held up to the target at most)"
         if queue and self.rate is not None:
             return (
                 f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {self.rate.how},"
@@ -195,6 +199,9 @@ def demand(
     room = tolerated * (1.0 + starting / max(1, len(values)))
     per_pod = rate.per_pod if rate is not None else math.nan  # read by a queue only, which has one
     busy = held_busy(target) if queue else math.nan
+    # What arrives now over the whole workload, beyond two standard errors of its count: a
+    # scale-down must hold on it too (the window's mean lags a rise), though alone it adds no pod.
+    risen, held_up = _risen(arrival, arrival_now, recent_s), False
     out: dict[str, float] = {}
     estimated = 0
     arriving = waiting = served = 0.0
@@ -234,6 +241,10 @@ def demand(
             asked = lam = now
             recent = True
         estimate = target * (asked / busy + backlog) / per_pod if queue else cost * asked + backlog
+        if risen > 0.0 and estimate < target and (now := risen * arrival_now.get(pod, 0.0)) > asked:
+            held = target * (now / busy + backlog) / per_pod if queue else cost * now + backlog
+            estimate = min(max(estimate, held), target)
+            held_up = True
         if not math.isfinite(estimate):
             out[pod] = value
             continue
@@ -245,8 +256,33 @@ def demand(
     if not estimated:
         return Demand(values, 0)
     n = float(estimated)
-    held, read_recent = (busy if queue else 1.0), (recent_s if recent else None)
-    return Demand(out, estimated, arriving / n, waiting / n, served / n, rate, held, read_recent, unrated)
+    held, read_recent = (busy if queue else 1.0), (recent_s if recent or held_up else None)
+    return Demand(
+        out,
+        estimated,
+        arriving / n,
+        waiting / n,
+        served / n,
+        rate,
+        held,
+        read_recent,
+        unrated,
+        recent,
+        held_up,
+    )
+
+
+def _risen(arrival: Mapping[str, float], arrival_now: Mapping[str, float], span_s: float) -> float:
+    """The share of the recent arrivals that is surely there (1 − 2/√count over the workload),
+    where that is more than the window's mean shows; 0: the workload's arrivals have not
+    risen beyond the noise of a few seconds' count."""
+    pods = arrival.keys() & arrival_now.keys()
+    now = sum(arrival_now[pod] for pod in pods)
+    count = now * span_s
+    if count <= 4.0:
+        return 0.0
+    share = 1.0 - 2.0 / math.sqrt(count)
+    return share if share * now > sum(arrival[pod] for pod in pods) else 0.0
 
 
 def _surely(rate: float | None, span_s: float) -> float:
