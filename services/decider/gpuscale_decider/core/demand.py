@@ -21,7 +21,10 @@ otherwise average them with the time before a step, and ask late). A served
 metric reads λ over the window the user set, except on a pod with a queue: it is
 at its limit, so what arrives beyond it is read over the recent span too, less
 one standard error of a count of random arrivals over those seconds (a few
-seconds' rate is noisy; what it shows beyond its noise is not).
+seconds' rate is noisy; what it shows beyond its noise is not). A scale-down holds
+on what arrives now too: where the workload's recent arrivals, less two standard
+errors of their count, exceed the window's, each estimate is held up to what the
+pod's recent arrivals ask, at most the target (a rise alone adds no pod).
 
 =======  ============================================  ===========================================  ==========================
 kind     metrics                                       estimate                                     why
