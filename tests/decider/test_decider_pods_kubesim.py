@@ -239,3 +239,24 @@ async def test_one_teams_fat_pods_are_not_kept_whole_after_the_list(kube_sim: Ku
     assert sum(s.size for s in parsed.statistics("filename")) < 2**20
     assert [p.name for p in cache.select("other", "app=o") or ()] == ["small"]
     assert len(cache.select("greedy", "app=g") or ()) == 30
+
+
+@pytest.mark.parametrize(
+    ("conditions", "unschedulable"),
+    [
+        ([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}], True),
+        ([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}], False),
+        ([{"type": "PodScheduled", "status": "True"}], False),
+        ("Unschedulable", False),  # not a list: read as no conditions
+        (7, False),
+        ([None, "x", {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}], True),
+    ],
+)
+def test_a_pending_pod_is_unschedulable_only_on_the_scheduler_s_own_condition(
+    conditions: Any, unschedulable: bool
+) -> None:
+    obj = pod("bert-a", {"app": "bert"}, phase="Pending", ready=False)
+    obj["status"]["conditions"] = conditions
+    parsed = pod_of(obj)
+    assert parsed is not None
+    assert (parsed[2].view.unschedulable, parsed[2].view.ready) == (unschedulable, False)

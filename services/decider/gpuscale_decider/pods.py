@@ -38,7 +38,7 @@ def pod_of(obj: Mapping[str, Any]) -> tuple[str, str, _Pod] | None:
     labels = labels if isinstance(labels, Mapping) else {}
     status = status if isinstance(status, Mapping) else {}
     listed = status.get("conditions")
-    conditions = [c for c in listed if isinstance(c, Mapping)] if isinstance(listed, list) else []
+    conditions = [c for c in listed if isinstance(c, Mapping)] if isinstance(listed, list | tuple) else []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     unschedulable = any(
         c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
