@@ -23,8 +23,8 @@ at its limit, so what arrives beyond it is read over the recent span too, less
 one standard error of a count of random arrivals over those seconds (a few
 seconds' rate is noisy; what it shows beyond its noise is not). A scale-down holds
 on what arrives now too: where the workload's recent arrivals, less two standard
-errors of their count, exceed the window's, each estimate is held up to what the
-pod's recent arrivals ask, at most the target (a rise alone adds no pod).
+errors of their count, exceed the window's, each estimate is held up to what that
+share of the pod's recent arrivals asks, at most the target (a rise alone adds no pod).
 
 =======  ============================================  ===========================================  ==========================
 kind     metrics                                       estimate                                     why
