@@ -92,6 +92,10 @@ MIN_FINISHED: Final = 3.0
 MIN_BUSY: Final = 5.0
 # A pod is at its service rate while at least one request waits.
 QUEUED: Final = 1.0
+# Standard errors of a few seconds' count of arrivals taken off before it is read: one where a
+# queue already shows the pod is at its limit, two where nothing else confirms a rise.
+QUEUED_ERRORS: Final = 1.0
+RISEN_ERRORS: Final = 2.0
 
 
 class ServiceRate(msgspec.Struct, frozen=True):
@@ -202,6 +206,12 @@ def demand(
     room = tolerated * (1.0 + starting / max(1, len(values)))
     per_pod = rate.per_pod if rate is not None else math.nan  # read by a queue only, which has one
     busy = held_busy(target) if queue else math.nan
+
+    def asking(arriving: float, cost: float, backlog: float) -> float:
+        """The pod's estimate when ``arriving`` requests/s arrive (a queue's row, or a served
+        metric's at ``cost`` per request/s)."""
+        return target * (arriving / busy + backlog) / per_pod if queue else cost * arriving + backlog
+
     # What arrives now over the whole workload, beyond two standard errors of its count: a
     # scale-down must hold on it too (the window's mean lags a rise), though alone it adds no pod.
     risen, held_up = _risen(arrival, arrival_now, recent_s), False
@@ -223,7 +233,7 @@ def demand(
             continue
         w = waiting_now.get(pod, 0.0)
         if queue:
-            backlog = max(0.0, w - room) / window
+            cost, backlog = math.nan, max(0.0, w - room) / window
             asked = lam
         elif c * span >= MIN_FINISHED:
             cost = value / c  # the metric per request/s served
@@ -238,16 +248,18 @@ def demand(
             # A queue over its target shows the recent arrivals have lasted.
             asked = lam = arrival_now[pod]
             recent = True
-        elif not queue and w >= QUEUED and (now := _surely(arrival_now.get(pod), recent_s)) > lam:
+        elif (
+            not queue
+            and w >= QUEUED
+            and (now := _beyond_noise(arrival_now.get(pod, 0.0), recent_s, QUEUED_ERRORS)) > lam
+        ):
             # A pod with a queue is at its limit: what arrives beyond it is read where it is now,
             # less the noise of a count over a few seconds.
             asked = lam = now
             recent = True
-        estimate = target * (asked / busy + backlog) / per_pod if queue else cost * asked + backlog
+        estimate = asking(asked, cost, backlog)
         if risen > 0.0 and estimate < target and (now := risen * arrival_now.get(pod, 0.0)) > asked:
-            held = target * (now / busy + backlog) / per_pod if queue else cost * now + backlog
-            estimate = min(max(estimate, held), target)
-            held_up = True
+            estimate, held_up = min(asking(now, cost, backlog), target), True  # more asked: a larger estimate
         if not math.isfinite(estimate):
             out[pod] = value
             continue
@@ -281,19 +293,16 @@ def _risen(arrival: Mapping[str, float], arrival_now: Mapping[str, float], span_
     risen beyond the noise of a few seconds' count."""
     pods = arrival.keys() & arrival_now.keys()
     now = sum(arrival_now[pod] for pod in pods)
-    count = now * span_s
-    if count <= 4.0:
-        return 0.0
-    share = 1.0 - 2.0 / math.sqrt(count)
-    return share if share * now > sum(arrival[pod] for pod in pods) else 0.0
+    surely = _beyond_noise(now, span_s, RISEN_ERRORS)
+    return surely / now if surely > sum(arrival[pod] for pod in pods) else 0.0
 
 
-def _surely(rate: float | None, span_s: float) -> float:
-    """A rate counted over ``span_s`` less one standard error of a Poisson count (√(λ/s)):
-    the least the arrivals show beyond the noise of a few seconds' requests."""
-    if rate is None or rate <= 0.0:
+def _beyond_noise(rate: float, span_s: float, errors: float) -> float:
+    """A rate counted over ``span_s`` less ``errors`` standard errors of a Poisson count
+    (√(λ/s)): the least the arrivals show beyond the noise of a few seconds' requests."""
+    if rate <= 0.0:
         return 0.0
-    return max(0.0, rate - math.sqrt(rate / span_s))
+    return max(0.0, rate - errors * math.sqrt(rate / span_s))
 
 
 def held_busy(target: float) -> float:
