@@ -93,6 +93,15 @@ def test_served_a_pod_with_a_queue_reads_the_last_seconds_arrivals_less_a_count_
     assert one("gpu_util", 70, pod) == pytest.approx(12.5 * (16.0 - math.sqrt(16.0 / 3.0)) + 20.0)
 
 
+def test_served_pods_with_a_queue_take_off_the_noise_of_their_count_together() -> None:
+    # Four such pods count 192 requests over 3 s: one standard error of the sum is 1/√192 of it,
+    # half the share one pod's 48 would lose, so each reads 16 × (1 − 1/√192) = 14.85/s.
+    now = {"requests_waiting": 120.0, "request_arrival_rate": 16.0, "request_completion_rate": 8.0}
+    pods = [P({"gpu_util": 100.0, **flows(8.0, 8.0)}, recent=now) for _ in range(4)]
+    each = 12.5 * 16.0 * (1.0 - 1.0 / math.sqrt(192.0)) + 20.0
+    assert estimates("gpu_util", 70, *pods) == pytest.approx({f"bert-{i}": each for i in range(4)})
+
+
 def test_served_a_pod_without_a_queue_reads_arrivals_over_the_window() -> None:
     # No queue: what the last seconds show is a burst its headroom absorbs, not yet demand.
     now = {"requests_waiting": 0.5, "request_arrival_rate": 16.0, "request_completion_rate": 8.0}

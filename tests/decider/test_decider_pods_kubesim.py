@@ -245,14 +245,15 @@ async def test_one_teams_fat_pods_are_not_kept_whole_after_the_list(kube_sim: Ku
     ("conditions", "unschedulable"),
     [
         ([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}], True),
-        ([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}], False),
+        ([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}], True),
+        ([{"type": "PodScheduled", "status": "False", "reason": "Other"}], False),
         ([{"type": "PodScheduled", "status": "True"}], False),
         ("Unschedulable", False),  # not a list: read as no conditions
         (7, False),
         ([None, "x", {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}], True),
     ],
 )
-def test_a_pending_pod_is_unschedulable_only_on_the_scheduler_s_own_condition(
+def test_a_pending_pod_is_unschedulable_only_on_the_scheduler_s_own_no_node_or_gate(
     conditions: Any, unschedulable: bool
 ) -> None:
     obj = pod("bert-a", {"app": "bert"}, phase="Pending", ready=False)

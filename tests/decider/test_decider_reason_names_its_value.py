@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpuscale.policy import GPUScaler
+from gpuscale_decider.core.demand import Demand
 
 from .scenario import P, policy, step
 
@@ -86,3 +87,11 @@ def test_a_scale_down_held_by_arrivals_that_rose_says_so() -> None:
     assert s.decision is not None
     assert s.decision.to_replicas == 3  # ceil(4 × 37.1/70); the window alone says ceil(4 × 30/70) = 2
     assert "(more over the last 3 s: estimates held up to the target at most)" in s.decision.reason
+
+
+def test_both_reads_of_the_last_seconds_are_told_in_one_aside() -> None:
+    told = Demand({"bert-0": 70.0}, 1, 21.2, 12.0, 8.0, recent_s=3.0, read_now=True, held_up=True)
+    assert told.said("gpu_util") == (
+        "21.2 requests/s arriving (the last 3 s, less a count's noise: a queue stands; more over the "
+        "last 3 s: estimates held up to the target at most) and 12.0 waiting, 8.0/s served per pod"
+    )

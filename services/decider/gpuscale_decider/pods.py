@@ -18,6 +18,8 @@ from gpuscale_decider.core.replicas import PodView
 
 # Selector operators answered from the (label, value) index.
 _LOOKED_UP: Final = frozenset({"=", "in"})
+# PodScheduled=False reasons of a pod the scheduler will not place now.
+_UNPLACED: Final = frozenset({"Unschedulable", "SchedulingGated"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +42,10 @@ def pod_of(obj: Mapping[str, Any]) -> tuple[str, str, _Pod] | None:
     listed = status.get("conditions")
     conditions = [c for c in listed if isinstance(c, Mapping)] if isinstance(listed, list | tuple) else []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    # Not to be placed now: no node fits it, or a gate (an admission controller's quota) holds it
+    # for a controller that may never let it go.
     unschedulable = any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") in _UNPLACED
         for c in conditions
     )
     phase = status.get("phase")

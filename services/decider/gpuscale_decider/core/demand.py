@@ -20,8 +20,9 @@ was served, so it shows the newer arrivals have lasted (the window would
 otherwise average them with the time before a step, and ask late). A served
 metric reads λ over the window the user set, except on a pod with a queue: it is
 at its limit, so what arrives beyond it is read over the recent span too, less
-one standard error of a count of random arrivals over those seconds (a few
-seconds' rate is noisy; what it shows beyond its noise is not). A scale-down holds
+one standard error of the count of random arrivals over those seconds at the pods
+with a queue together (a few seconds' rate is noisy; what it shows beyond its noise
+is not, and the noise is that of the sum the decision rests on). A scale-down holds
 on what arrives now too: where the workload's recent arrivals, less two standard
 errors of their count, exceed the window's, each estimate is held up to what that
 share of the pod's recent arrivals asks, at most the target (a rise alone adds no pod).
@@ -42,7 +43,9 @@ served   gpu_util, sm_active, sm_util,                 value/C × λ + (value/C 
                                                                                                     without a queue (it fills);
                                                                                                     on a pod with a queue, λ is
                                                                                                     also read over the recent
-                                                                                                    span, less √(λ/span)
+                                                                                                    span, less one standard
+                                                                                                    error of the queued pods'
+                                                                                                    count (1/√count of it)
 queue    requests_waiting                              target × (λ/ρ + (W − target)⁺/window) / μ   a pod is one server with
                                                                                                     random arrivals (M/M/1):
                                                                                                     its mean queue is
@@ -127,13 +130,16 @@ class Demand(msgspec.Struct, frozen=True):
             return ""
         flows = f"{fmt(self.arriving)} requests/s arriving"
         queue = DEMAND.get(name) is DemandKind.QUEUE
+        notes = []
         if self.read_now:
             why = "the queue is over its target" if queue else "less a count's noise: a queue stands"
-            flows += f" (the last {self.recent_s:g} s, {why})"
+            notes.append(f"the last {self.recent_s:g} s, {why}")
+        if self.held_up:
+            notes.append(f"more over the last {self.recent_s:g} s: estimates held up to the target at most")
+        if notes:
+            flows += f" ({'; '.join(notes)})"
         if self.waiting >= QUEUED / 2:
             flows += f" and {fmt(self.waiting)} waiting"
-        if self.held_up:
-            flows += f" (more over the last {self.recent_s:g} s: estimates held up to the target at most)"
         if queue and self.rate is not None:
             return (
                 f"{flows} per pod; a pod serves {fmt(self.rate.per_pod)}/s at its limit, {self.rate.how},"
@@ -215,6 +221,11 @@ def demand(
     # What arrives now over the whole workload, beyond two standard errors of its count: a
     # scale-down must hold on it too (the window's mean lags a rise), though alone it adds no pod.
     risen, held_up = _risen(arrival, arrival_now, recent_s), False
+    # The share of the pods with a queue's recent arrivals beyond one standard error of their
+    # count: the noise is that of the workload's sum, not of each pod's (√n times less of it).
+    queued = [p for p in values if waiting_now.get(p, 0.0) >= QUEUED and p in arrival and p in arrival_now]
+    queued_now = sum(arrival_now[p] for p in queued)
+    at_limit = _surely(queued_now, recent_s, QUEUED_ERRORS) if not queue else 0.0
     out: dict[str, float] = {}
     estimated = 0
     arriving = waiting = served = 0.0
@@ -248,11 +259,7 @@ def demand(
             # A queue over its target shows the recent arrivals have lasted.
             asked = lam = arrival_now[pod]
             recent = True
-        elif (
-            not queue
-            and w >= QUEUED
-            and (now := _beyond_noise(arrival_now.get(pod, 0.0), recent_s, QUEUED_ERRORS)) > lam
-        ):
+        elif not queue and w >= QUEUED and (now := at_limit * arrival_now.get(pod, 0.0)) > lam:
             # A pod with a queue is at its limit: what arrives beyond it is read where it is now,
             # less the noise of a count over a few seconds.
             asked = lam = now
@@ -293,16 +300,16 @@ def _risen(arrival: Mapping[str, float], arrival_now: Mapping[str, float], span_
     risen beyond the noise of a few seconds' count."""
     pods = arrival.keys() & arrival_now.keys()
     now = sum(arrival_now[pod] for pod in pods)
-    surely = _beyond_noise(now, span_s, RISEN_ERRORS)
-    return surely / now if surely > sum(arrival[pod] for pod in pods) else 0.0
+    share = _surely(now, span_s, RISEN_ERRORS)
+    return share if share * now > sum(arrival[pod] for pod in pods) else 0.0
 
 
-def _beyond_noise(rate: float, span_s: float, errors: float) -> float:
-    """A rate counted over ``span_s`` less ``errors`` standard errors of a Poisson count
-    (√(λ/s)): the least the arrivals show beyond the noise of a few seconds' requests."""
-    if rate <= 0.0:
-        return 0.0
-    return max(0.0, rate - errors * math.sqrt(rate / span_s))
+def _surely(rate: float, span_s: float, errors: float) -> float:
+    """The share of a rate counted over ``span_s`` that is beyond ``errors`` standard errors of a
+    Poisson count (λ − e·√(λ/s) = λ·(1 − e/√count)): the least the arrivals show beyond the
+    noise of a few seconds' requests."""
+    count = rate * span_s
+    return max(0.0, 1.0 - errors / math.sqrt(count)) if count > 0.0 else 0.0
 
 
 def held_busy(target: float) -> float:

@@ -50,7 +50,7 @@ class PodView:
     phase: str
     ready: bool = True
     deleting: bool = False  # metadata.deletionTimestamp is set
-    unschedulable: bool = False  # Pending, and the scheduler found no node for it (PodScheduled False)
+    unschedulable: bool = False  # Pending, not to be placed now: no node fits it, or it is gated
 
 
 class Tolerances(msgspec.Struct, frozen=True):
