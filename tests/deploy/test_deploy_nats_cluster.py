@@ -11,6 +11,8 @@ last server joins, and setup waits for it."""
 from __future__ import annotations
 
 import asyncio
+import random
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,10 +39,27 @@ KEY = subjects.WorkloadKey("default", "Deployment", "bert")
 TRANSIENT = (NatsTimeout, NoStreamResponseError, ServiceUnavailableError, asyncio.TimeoutError)
 
 
+def route_port() -> int:
+    """A free port below the kernel's ephemeral range. A route port waits unbound while the
+    other servers dial it: one from that range could become any connection's local port in the
+    meantime, and a server that cannot listen on its route port exits (after it said ready)."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.exists() else 32768
+    for _ in range(100 if low > 10_000 else 0):
+        port = random.randrange(10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    return free_port()
+
+
 @pytest.fixture
 def unstarted(tmp_path: Path) -> Iterator[list[EmbeddedNats]]:
     """The cluster's servers, each routed to the others, none started yet."""
-    routes = [free_port() for _ in range(NODES)]
+    routes = [route_port() for _ in range(NODES)]
     servers: list[EmbeddedNats] = []
     for i in range(NODES):
         store = tmp_path / f"n{i}"
