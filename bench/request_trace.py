@@ -1,8 +1,12 @@
 """A request trace turned into GPU demand, for ``bench/scenarios.py --trace-file``.
 
 The trace is a CSV with one row per request, as Azure's public LLM inference
-traces are written: ``TIMESTAMP`` (when the request arrived),
-``ContextTokens`` (input) and ``GeneratedTokens`` (output). One such trace is
+traces are written: ``TIMESTAMP`` (when the request arrived: an ISO 8601 time, as
+the 2023 traces write it or the 2024 ones with their offset, or seconds),
+``ContextTokens`` (input) and ``GeneratedTokens`` (output). Rows may come in any
+order; a row that is no request (a bad time, a negative count) is skipped and
+counted. The 2024 traces cover a week: they are read in one pass into a bin per
+second, never held as rows. One such trace is
 "Azure LLM inference trace 2023" (code), from the Azure Public Dataset,
 https://github.com/Azure/AzurePublicDataset (``data/AzureLLMInferenceTrace_code.csv``),
 CC-BY 4.0, by Patel et al., "Splitwise: Efficient generative LLM inference
@@ -30,8 +34,9 @@ import csv
 import math
 import re
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuscale_kubesim.cluster import load as loadmod
@@ -39,17 +44,11 @@ from gpuscale_kubesim.cluster import load as loadmod
 DEFAULT_PREFILL_TOKENS_PER_GPU_S = 12_000.0
 DEFAULT_DECODE_TOKENS_PER_GPU_S = 2_500.0
 BIN_S = 1.0  # the load's resolution: arrivals are summed per second
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 LEAD_IN_S = 600.0
 WINDOW_S = 900.0
 VARIABILITY_BIN_S = 10.0  # the spread that picks the most variable window is over 10 s means
 PEAK_MINUTE_S = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    at_s: float  # since the trace's first request
-    input_tokens: int
-    output_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,43 +58,78 @@ class TokenCost:
     prefill_tokens_per_gpu_s: float = DEFAULT_PREFILL_TOKENS_PER_GPU_S
     decode_tokens_per_gpu_s: float = DEFAULT_DECODE_TOKENS_PER_GPU_S
 
-    def gpu_s(self, request: Request) -> float:
-        return (
-            request.input_tokens / self.prefill_tokens_per_gpu_s
-            + request.output_tokens / self.decode_tokens_per_gpu_s
-        )
+    def gpu_s(self, input_tokens: int, output_tokens: int) -> float:
+        return input_tokens / self.prefill_tokens_per_gpu_s + output_tokens / self.decode_tokens_per_gpu_s
 
 
-def _timestamp(text: str) -> float:
-    # Python's ISO parser takes at most 6 fractional digits; the traces write 7.
-    head, _, frac = text.strip().partition(".")
-    return datetime.fromisoformat(head).timestamp() + (float(f"0.{frac}") if frac else 0.0)
+@dataclass(frozen=True, slots=True)
+class TraceBins:
+    """A trace as the work that arrives in each ``bin_s`` from its first request: what the
+    replay needs, read in one pass, so a week of requests costs its bins, not its rows."""
+
+    loads: list[float]  # GPU-percent of work arriving in each bin, unscaled
+    counts: list[int]  # requests arriving in each bin
+    skipped: int  # rows that were no request (a bad time or token count)
+    bin_s: float = BIN_S
 
 
-def read_trace(path: Path) -> list[Request]:
-    """The trace's requests in time order, times relative to its first request."""
+def seconds(text: str) -> float:
+    """A row's arrival: an ISO 8601 time as the Azure traces write it (2023's seven
+    fractional digits, 2024's ``+00:00`` offset, a whole second without a fraction; a time
+    without an offset is taken as UTC), or a number of seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        at = datetime.fromisoformat(text)
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+
+
+def _rows(path: Path) -> Iterator[tuple[float, int, int] | None]:
+    """(arrival, input tokens, output tokens) per row; None for a row that is no request."""
     with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        columns = set(reader.fieldnames or ())
-        wanted = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
-        if not wanted <= columns:
-            raise ValueError(f"{path}: needs the columns {sorted(wanted)}, has {sorted(columns)}")
-        rows = [
-            (_timestamp(r["TIMESTAMP"]), int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in reader
-        ]
-    if not rows:
-        raise ValueError(f"{path}: no requests")
-    rows.sort()
-    first = rows[0][0]
-    return [Request(t - first, i, o) for t, i, o in rows]
+        reader = csv.reader(f)
+        header = [name.strip() for name in next(reader, [])]
+        missing = [name for name in COLUMNS if name not in header]
+        if missing:
+            raise ValueError(f"{path}: needs the columns {list(COLUMNS)}, has {header}")
+        at, given, made = (header.index(name) for name in COLUMNS)
+        for row in reader:
+            try:
+                tokens = int(row[given]), int(row[made])
+                yield (seconds(row[at]), *tokens) if min(tokens) >= 0 else None
+            except (ValueError, IndexError, OverflowError):
+                yield None
 
 
-def demand(requests: list[Request], cost: TokenCost, bin_s: float = BIN_S) -> list[float]:
-    """GPU-percent of work arriving in each ``bin_s`` from the trace's start, unscaled."""
-    bins = [0.0] * (int(requests[-1].at_s // bin_s) + 1)
-    for r in requests:
-        bins[int(r.at_s // bin_s)] += 100.0 * cost.gpu_s(r) / bin_s
-    return bins
+def read_bins(path: Path, cost: TokenCost, bin_s: float = BIN_S) -> TraceBins:
+    """The trace's work per ``bin_s`` from its first request (rows in any order)."""
+    origin: float | None = None
+    while True:  # a second pass only where a row came before the first one
+        loads: list[float] = []
+        counts: list[int] = []
+        skipped, earliest = 0, math.inf
+        for row in _rows(path):
+            if row is None or not math.isfinite(row[0]):
+                skipped += 1
+                continue
+            t, given, made = row
+            origin = t if origin is None else origin
+            earliest = min(earliest, t)
+            if t < origin:
+                continue
+            i = int((t - origin) // bin_s)
+            if i >= len(loads):
+                grow = i + 1 - len(loads)
+                loads.extend([0.0] * grow)
+                counts.extend([0] * grow)
+            loads[i] += 100.0 * cost.gpu_s(given, made) / bin_s
+            counts[i] += 1
+        if origin is None:
+            raise ValueError(f"{path}: no requests")
+        if earliest >= origin:
+            return TraceBins(loads, counts, skipped, bin_s)
+        origin = earliest
 
 
 def _means(values: list[float], per: int) -> list[float]:
@@ -176,8 +210,8 @@ def trace_profile(
     """The span to replay: the whole trace, or its most variable 15 minutes with
     the 10 minutes before them as a lead-in; scaled by ``scale``, or so that the
     span's busiest minute needs ``peak_replicas`` at ``per_pod`` GPU-percent."""
-    requests = read_trace(path)
-    loads = demand(requests, cost)
+    trace = read_bins(path, cost)
+    loads = trace.loads
     if whole:
         first, lead_in, span = 0, 0.0, loads
     else:
@@ -191,20 +225,19 @@ def trace_profile(
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"the trace's scale must be a positive number, not {scale}")
     scaled = tuple(v * scale for v in span)
-    in_span = [r for r in requests if first * BIN_S <= r.at_s < (first + len(span)) * BIN_S]
+    replayed = sum(trace.counts[first : first + len(span)])
     source = {
         "file": path.name,
-        "requests_in_trace": len(requests),
-        "requests_replayed": len(in_span),
+        "requests_in_trace": sum(trace.counts),
+        "requests_replayed": replayed,
+        "rows_skipped": trace.skipped,
         "replayed_from_s": first * BIN_S,
         "lead_in_s": lead_in,
         "measured_s": len(span) * BIN_S - lead_in,
         "prefill_tokens_per_gpu_s": cost.prefill_tokens_per_gpu_s,
         "decode_tokens_per_gpu_s": cost.decode_tokens_per_gpu_s,
         "scale": round(scale, 4),
-        "mean_gpu_s_per_request": round(statistics.fmean(cost.gpu_s(r) for r in in_span), 4)
-        if in_span
-        else 0.0,
+        "mean_gpu_s_per_request": round(sum(span) * BIN_S / 100.0 / replayed, 4) if replayed else 0.0,
         "mean_load_measured": round(statistics.fmean(scaled[round(lead_in / BIN_S) :]), 2),
         "peak_minute_load": round(peak_minute(list(scaled)), 2),
     }

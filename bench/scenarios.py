@@ -54,7 +54,8 @@ for.
 request: ``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``, as the Azure
 Public Dataset's LLM inference traces are written, e.g. "Azure LLM inference
 trace 2023", https://github.com/Azure/AzurePublicDataset, CC-BY 4.0, Patel et
-al., "Splitwise", ISCA 2024) at real speed instead of the synthetic traces,
+al., "Splitwise", ISCA 2024; the week-long 2024 traces read the same) at real
+speed instead of the synthetic traces,
 through the same pipeline, chain emulation and floor: its most variable 15
 minutes after a 10-minute lead-in (replayed, not measured), or with
 ``--trace-whole`` all of it. The tokens-to-GPU mapping (``bench/request_trace.py``)

@@ -43,26 +43,65 @@ def test_a_request_costs_its_input_over_the_prefill_rate_plus_its_output_over_th
             ("2023-11-16 18:00:02.5000000", 2400, 0),  # 0.2 GPU-s, two seconds on
         ],
     )
-    requests = rt.read_trace(path)
-    loads = rt.demand(requests, rt.TokenCost(12_000.0, 2_500.0))
+    bins = rt.read_bins(path, rt.TokenCost(12_000.0, 2_500.0))
     # GPU-percent arriving per second: 100 × GPU-s of the requests that arrive in it.
-    assert loads == pytest.approx([21.0, 0.0, 20.0])
+    assert bins.loads == pytest.approx([21.0, 0.0, 20.0])
+    assert (bins.counts, bins.skipped) == ([2, 0, 1], 0)
 
 
 def test_timestamps_with_seven_fractional_digits_keep_their_order_and_spacing(tmp_path: Path) -> None:
+    # The first row is not the first request: the bins start at the earlier one, 0.948 s before.
     path = trace(
         tmp_path,
-        [("2023-11-16 18:17:04.0319600", 1, 1), ("2023-11-16 18:17:03.9799600", 1, 1)],
+        [
+            ("2023-11-16 18:17:04.9799600", 1, 1),
+            ("2023-11-16 18:17:04.0319600", 1, 1),
+            ("2023-11-16 18:17:05.0400000", 1, 1),
+        ],
     )
-    requests = rt.read_trace(path)
-    assert [r.at_s for r in requests] == pytest.approx([0.0, 0.052], abs=1e-6)
+    assert rt.read_bins(path, rt.TokenCost()).counts == [2, 1]
+
+
+def test_the_2024_traces_times_with_an_offset_and_with_or_without_a_fraction_are_read(tmp_path: Path) -> None:
+    # As Azure's 2024 week-long traces write them; the same instant as the 2023 form in UTC.
+    path = trace(
+        tmp_path,
+        [
+            ("2024-05-10 00:00:00.500000+00:00", 1, 1),
+            ("2024-05-10 00:00:01+00:00", 1, 1),
+            ("2024-05-10 01:00:02.5+01:00", 1, 1),
+        ],
+    )
+    assert rt.read_bins(path, rt.TokenCost()).counts == [2, 0, 1]
+    assert (
+        rt.seconds("2024-05-10 00:00:00+00:00")
+        == rt.seconds("2024-05-10 00:00:00.0000000")
+        == rt.seconds("1715299200")
+    )
+
+
+def test_rows_that_are_no_request_are_skipped_and_counted(tmp_path: Path) -> None:
+    path = trace(
+        tmp_path,
+        [
+            ("2024-05-10 00:00:00+00:00", 1, 1),
+            ("yesterday", 1, 1),
+            ("2024-05-10 00:00:01+00:00", -5, 1),
+            ("nan", 1, 1),
+        ],
+    )
+    bins = rt.read_bins(path, rt.TokenCost())
+    assert (bins.counts, bins.skipped) == ([1], 3)
+    (tmp_path / "empty.csv").write_text(HEADER + "yesterday,1,1\n")
+    with pytest.raises(ValueError, match="no requests"):
+        rt.read_bins(tmp_path / "empty.csv", rt.TokenCost())
 
 
 def test_a_trace_without_the_token_columns_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "other.csv"
     path.write_text("TIMESTAMP,Tokens\n2023-11-16 18:00:00,5\n")
     with pytest.raises(ValueError, match="ContextTokens"):
-        rt.read_trace(path)
+        rt.read_bins(path, rt.TokenCost())
 
 
 def test_the_most_variable_15_minutes_after_the_lead_in_is_where_the_bursts_are() -> None:
