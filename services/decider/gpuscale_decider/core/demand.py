@@ -218,14 +218,8 @@ def demand(
         metric's at ``cost`` per request/s)."""
         return target * (arriving / busy + backlog) / per_pod if queue else cost * arriving + backlog
 
-    # What arrives now over the whole workload, beyond two standard errors of its count: a
-    # scale-down must hold on it too (the window's mean lags a rise), though alone it adds no pod.
-    risen, held_up = _risen(arrival, arrival_now, recent_s), False
-    # The share of the pods with a queue's recent arrivals beyond one standard error of their
-    # count: the noise is that of the workload's sum, not of each pod's (√n times less of it).
-    queued = [p for p in values if waiting_now.get(p, 0.0) >= QUEUED and p in arrival and p in arrival_now]
-    queued_now = sum(arrival_now[p] for p in queued)
-    at_limit = _surely(queued_now, recent_s, QUEUED_ERRORS) if not queue else 0.0
+    risen, at_limit = _recent_shares(arrival, arrival_now, waiting_now, recent_s)
+    held_up = False
     out: dict[str, float] = {}
     estimated = 0
     arriving = waiting = served = 0.0
@@ -294,14 +288,29 @@ def demand(
     )
 
 
-def _risen(arrival: Mapping[str, float], arrival_now: Mapping[str, float], span_s: float) -> float:
-    """The share of the recent arrivals that is surely there (1 − 2/√count over the workload),
-    where that is more than the window's mean shows; 0: the workload's arrivals have not
-    risen beyond the noise of a few seconds' count."""
-    pods = arrival.keys() & arrival_now.keys()
-    now = sum(arrival_now[pod] for pod in pods)
-    share = _surely(now, span_s, RISEN_ERRORS)
-    return share if share * now > sum(arrival[pod] for pod in pods) else 0.0
+def _recent_shares(
+    arrival: Mapping[str, float],
+    arrival_now: Mapping[str, float],
+    waiting_now: Mapping[str, float],
+    span_s: float,
+) -> tuple[float, float]:
+    """The shares of the recent arrivals read as surely there, the noise being that of a sum
+    (a decision rests on the workload's, √n times less noisy than each pod's):
+
+    - over the workload, 1 − 2/√count where that is more than the window's mean shows (0: the
+      arrivals have not risen beyond the noise of a few seconds' count): a scale-down holds on it;
+    - over the pods with a queue, 1 − 1/√count: what they read beyond their limit."""
+    now = window = queued = 0.0
+    for pod, rate in arrival_now.items():
+        before = arrival.get(pod)
+        if before is None:
+            continue
+        now += rate
+        window += before
+        if waiting_now.get(pod, 0.0) >= QUEUED:
+            queued += rate
+    risen = _surely(now, span_s, RISEN_ERRORS)
+    return (risen if risen * now > window else 0.0), _surely(queued, span_s, QUEUED_ERRORS)
 
 
 def _surely(rate: float, span_s: float, errors: float) -> float:
