@@ -87,7 +87,7 @@ def seconds(text: str) -> float:
 
 def _rows(path: Path) -> Iterator[tuple[float, int, int] | None]:
     """(arrival, input tokens, output tokens) per row; None for a row that is no request."""
-    with path.open(newline="") as f:
+    with path.open(newline="", encoding="utf-8-sig") as f:  # a BOM, as spreadsheets write, is no column name
         reader = csv.reader(f)
         header = [name.strip() for name in next(reader, [])]
         missing = [name for name in COLUMNS if name not in header]

@@ -80,6 +80,12 @@ def test_the_2024_traces_times_with_an_offset_and_with_or_without_a_fraction_are
     )
 
 
+def test_a_byte_order_mark_before_the_header_is_no_part_of_a_column_name(tmp_path: Path) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_text("\ufeff" + HEADER + "2024-05-10 00:00:00+00:00,1,1\n", encoding="utf-8")
+    assert rt.read_bins(path, rt.TokenCost()).counts == [1]
+
+
 def test_rows_that_are_no_request_are_skipped_and_counted(tmp_path: Path) -> None:
     path = trace(
         tmp_path,
