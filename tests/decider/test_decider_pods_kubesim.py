@@ -241,6 +241,18 @@ async def test_one_teams_fat_pods_are_not_kept_whole_after_the_list(kube_sim: Ku
     assert len(cache.select("greedy", "app=g") or ()) == 30
 
 
+async def test_a_pod_held_by_a_scheduling_gate_is_read_as_not_starting(kube_sim: KubeSim) -> None:
+    gated = gpu_workload("queued", 2)
+    gated["spec"]["template"]["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    await kube_sim.create(gated)
+
+    def views() -> list[tuple[str, bool]]:
+        parsed = [pod_of(p) for p in kube_sim.pods("default", "app=queued")]
+        return [(x[2].view.phase, x[2].view.unschedulable) for x in parsed if x is not None]
+
+    await eventually(lambda: views() == [("Pending", True)] * 2, what="2 gated pods read as not starting")
+
+
 @pytest.mark.parametrize(
     ("conditions", "unschedulable"),
     [

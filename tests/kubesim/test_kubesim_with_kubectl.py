@@ -75,6 +75,28 @@ async def test_create_get_scale_delete_deployment(
     assert "NotFound" in await kubectl("get", "deployment", "llama", check=False)
 
 
+async def test_a_pod_with_scheduling_gates_waits_for_them_and_kubectl_says_so(
+    kube_sim: KubeSim, kubectl: Kubectl
+) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gated", "namespace": NS},
+        "spec": {
+            "schedulingGates": [{"name": "example.com/quota"}],
+            "containers": [{"name": "s", "image": "x"}],
+        },
+    }
+    await kube_sim.create(pod)
+    gated = await eventually(lambda: kube_sim.get("v1", "Pod", "gated", NS)["status"].get("conditions"))
+    assert [(c["type"], c["status"], c["reason"]) for c in gated] == [
+        ("PodScheduled", "False", "SchedulingGated")
+    ]
+    assert not kube_sim.get("v1", "Pod", "gated", NS)["spec"].get("nodeName")
+    assert rows(await kubectl("get", "pod", "gated"))[1][:3] == ["gated", "0/1", "SchedulingGated"]
+    assert "FailedScheduling" not in await kubectl("get", "events")  # a gated pod is not tried
+
+
 async def test_get_gpuscalers_shows_the_printer_columns(kube_sim: KubeSim, kubectl: Kubectl) -> None:
     await kube_sim.create(
         {

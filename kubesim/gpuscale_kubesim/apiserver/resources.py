@@ -273,7 +273,12 @@ def _pod_status(obj: Obj, _now: float) -> Any:
         waiting = (cs.get("state") or {}).get("waiting")
         if waiting and waiting.get("reason"):
             return waiting["reason"]
-    return status.get("reason") or status.get("phase", "Pending")
+    gated = any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated"
+        for c in status.get("conditions") or ()
+        if isinstance(c, dict)
+    )
+    return "SchedulingGated" if gated else status.get("reason") or status.get("phase", "Pending")
 
 
 def _pod_restarts(obj: Obj, _now: float) -> Any:

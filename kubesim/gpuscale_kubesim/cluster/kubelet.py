@@ -67,6 +67,9 @@ class Kubelets:
             self._step(pod, now)
 
     def _admit(self, pod: Obj, now: Now, capacity: dict[str, int], used: dict[str, set[int]]) -> None:
+        if (pod.get("spec") or {}).get("schedulingGates"):
+            self.scheduler.gated(pod, now)  # left out until a controller removes its gates
+            return
         placement = self.scheduler.place(pod, capacity, used)
         if placement is None:
             self.scheduler.unschedulable(pod, len(capacity), now)

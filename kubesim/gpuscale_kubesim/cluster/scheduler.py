@@ -1,5 +1,6 @@
 """The scheduler: a pending pod goes to the node with the most free GPUs that has enough
-(``resources.limits["nvidia.com/gpu"]``, one by default), or stays Pending, Unschedulable."""
+(``resources.limits["nvidia.com/gpu"]``, one by default), or stays Pending, Unschedulable;
+one with scheduling gates stays Pending, SchedulingGated, until they are removed."""
 
 from __future__ import annotations
 
@@ -75,12 +76,22 @@ class Scheduler:
         since = existing_transition(pod, "PodScheduled", "False")
         if since is None:
             self.recorder.event(pod, "FailedScheduling", message, SCHEDULER, now.wall, "Warning")
+        self._not_scheduled(pod, "Unschedulable", message, since, now)
+
+    def gated(self, pod: Obj, now: Now) -> None:
+        """A pod with scheduling gates is not tried (no event), and says why."""
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if not any(c.get("reason") == "SchedulingGated" for c in conditions if isinstance(c, dict)):
+            message = "Scheduling is blocked due to non-empty scheduling gates"
+            self._not_scheduled(pod, "SchedulingGated", message, None, now)
+
+    def _not_scheduled(self, pod: Obj, reason: str, message: str, since: str | None, now: Now) -> None:
         new = copy.deepcopy(pod)
         new.setdefault("status", {})["conditions"] = [
             {
                 "type": "PodScheduled",
                 "status": "False",
-                "reason": "Unschedulable",
+                "reason": reason,
                 "message": message,
                 "lastProbeTime": None,
                 "lastTransitionTime": since or format_time(now.wall),
