@@ -95,8 +95,8 @@ MIN_FINISHED: Final = 3.0
 MIN_BUSY: Final = 5.0
 # A pod is at its service rate while at least one request waits.
 QUEUED: Final = 1.0
-# Standard errors of a few seconds' count of arrivals taken off before it is read: one where a
-# queue already shows the pod is at its limit, two where nothing else confirms a rise.
+# Standard errors of a few seconds' count of arrivals: one taken off what is read where a queue
+# already shows the pods are at their limit; two for the test of a rise, where nothing else confirms it.
 QUEUED_ERRORS: Final = 1.0
 RISEN_ERRORS: Final = 2.0
 
@@ -255,7 +255,7 @@ def demand(
             recent = True
         elif not queue and w >= QUEUED and (now := at_limit * arrival_now.get(pod, 0.0)) > lam:
             # A pod with a queue is at its limit: what arrives beyond it is read where it is now,
-            # less the noise of a count over a few seconds.
+            # less the noise of the queued pods' count over a few seconds.
             asked = lam = now
             recent = True
         estimate = asking(asked, cost, backlog)
