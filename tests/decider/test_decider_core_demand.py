@@ -125,26 +125,12 @@ def rising(now: float, window: float = 2.3) -> tuple[P, ...]:
 
 def test_a_scale_down_holds_on_arrivals_that_rose_beyond_the_noise_of_their_count() -> None:
     # 16/s over the last 3 s across the workload, a count of 48: 1 − 2/√48 of it is surely there,
-    # 11.4/s, over the window's 9.2/s: a rise. What arrives now is then the estimate of what is
-    # asked: each pod is read on its 4/s at 30/2.3 GPU-% per request/s, 52.2, where the window
-    # alone says 30.
+    # 11.4/s, over the window's 9.2/s. Each pod is read on 4 × 0.711 = 2.84/s at 30/2.3 GPU-% per
+    # request/s: 37.1, where the window alone says 30.
+    share = 1.0 - 2.0 / math.sqrt(48.0)
     assert estimates("gpu_util", 70, *rising(4.0)) == pytest.approx(
-        {f"bert-{i}": 30.0 / 2.3 * 4.0 for i in range(4)}
+        {f"bert-{i}": 30.0 / 2.3 * 4.0 * share for i in range(4)}
     )
-
-
-def test_a_queue_s_scale_down_into_a_step_holds_at_the_pods_what_arrives_now_asks() -> None:
-    # Three pods, 1.2/s each over a window that still holds the quiet before a step; 16/s over the
-    # last 3 s (48 requests: a rise well beyond the noise). At 5.33/s a pod, μ = 8/s and ρ₄ = 0.828,
-    # each is asked 4 × 5.33/0.828/8 = 3.22 waiting: ceil(3 × 3.22/4) = 3 pods stay, where the
-    # window alone says 1 and the surely-there share (0.71 of it) would say 2.
-    recent = {"requests_waiting": 0.0, "request_arrival_rate": 16.0 / 3.0, "request_completion_rate": 1.2}
-    pod = P({"requests_waiting": 0.0, "gpu_util": 15.0, **flows(1.2, 1.2)}, recent=recent)
-    each = 4.0 * (16.0 / 3.0) / held_busy(4.0) / 8.0
-    assert estimates("requests_waiting", 4, pod, pod, pod, remembered=8.0) == pytest.approx(
-        {f"bert-{i}": each for i in range(3)}
-    )
-    assert math.ceil(3 * each / 4.0) == 3
 
 
 def test_arrivals_within_two_standard_errors_of_the_window_s_leave_the_estimate_as_it_is() -> None:

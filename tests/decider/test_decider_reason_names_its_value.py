@@ -85,7 +85,7 @@ def test_a_scale_down_held_by_arrivals_that_rose_says_so() -> None:
     window = {"gpu_util": 30.0, "request_arrival_rate": 2.3, "request_completion_rate": 2.3}
     s = step(UTIL, 4, tuple(P(window, recent=recent) for _ in range(4)))
     assert s.decision is not None
-    assert s.decision.to_replicas == 3  # ceil(4 × 52.2/70); the window alone says ceil(4 × 30/70) = 2
+    assert s.decision.to_replicas == 3  # ceil(4 × 37.1/70); the window alone says ceil(4 × 30/70) = 2
     assert "(more over the last 3 s: estimates held up to the target at most)" in s.decision.reason
 
 

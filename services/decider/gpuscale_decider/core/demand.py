@@ -24,8 +24,8 @@ one standard error of the count of random arrivals over those seconds at the pod
 with a queue together (a few seconds' rate is noisy; what it shows beyond its noise
 is not, and the noise is that of the sum the decision rests on). A scale-down holds
 on what arrives now too: where the workload's recent arrivals, less two standard
-errors of their count, exceed the window's (a rise beyond the noise), each estimate is
-held up to what the pod's recent arrivals ask, at most the target (a rise alone adds no pod).
+errors of their count, exceed the window's, each estimate is held up to what that
+share of the pod's recent arrivals asks, at most the target (a rise alone adds no pod).
 
 =======  ============================================  ===========================================  ==========================
 kind     metrics                                       estimate                                     why
@@ -95,8 +95,9 @@ MIN_FINISHED: Final = 3.0
 MIN_BUSY: Final = 5.0
 # A pod is at its service rate while at least one request waits.
 QUEUED: Final = 1.0
-# Standard errors of a few seconds' count of arrivals: one taken off what is read where a queue
-# already shows the pods are at their limit; two for the test of a rise, where nothing else confirms it.
+# Standard errors of a few seconds' count of arrivals taken off what is read: one where a queue
+# already shows the pods are at their limit; two for a rise that nothing else confirms (real
+# arrivals come in bursts beyond a Poisson count's noise: the bound, not the rate, is held).
 QUEUED_ERRORS: Final = 1.0
 RISEN_ERRORS: Final = 2.0
 
@@ -218,7 +219,7 @@ def demand(
         metric's at ``cost`` per request/s)."""
         return target * (arriving / busy + backlog) / per_pod if queue else cost * arriving + backlog
 
-    rose, at_limit = _recent_reads(arrival, arrival_now, waiting_now, recent_s)
+    risen, at_limit = _recent_shares(arrival, arrival_now, waiting_now, recent_s)
     held_up = False
     out: dict[str, float] = {}
     estimated = 0
@@ -259,8 +260,7 @@ def demand(
             asked = lam = now
             recent = True
         estimate = asking(asked, cost, backlog)
-        if rose and estimate < target and (now := arrival_now.get(pod, 0.0)) > asked:
-            # The rise is beyond the noise: what arrives now is the best estimate of what is asked.
+        if risen > 0.0 and estimate < target and (now := risen * arrival_now.get(pod, 0.0)) > asked:
             estimate, held_up = min(asking(now, cost, backlog), target), True  # more asked: a larger estimate
         if not math.isfinite(estimate):
             out[pod] = value
@@ -289,19 +289,18 @@ def demand(
     )
 
 
-def _recent_reads(
+def _recent_shares(
     arrival: Mapping[str, float],
     arrival_now: Mapping[str, float],
     waiting_now: Mapping[str, float],
     span_s: float,
-) -> tuple[bool, float]:
-    """What the recent arrivals show beyond the noise of a sum (a decision rests on the
-    workload's, √n times less noisy than each pod's):
+) -> tuple[float, float]:
+    """The shares of the recent arrivals read as surely there, the noise being that of a sum
+    (a decision rests on the workload's, √n times less noisy than each pod's):
 
-    - whether the workload's have risen: less two standard errors of their count (a share
-      1 − 2/√count), they are more than the window's mean shows; a scale-down holds on them;
-    - the share of the queued pods' that is surely there, 1 − 1/√count: what they read
-      beyond their limit."""
+    - over the workload, 1 − 2/√count where that is more than the window's mean shows (0: the
+      arrivals have not risen beyond the noise of a few seconds' count): a scale-down holds on it;
+    - over the pods with a queue, 1 − 1/√count: what they read beyond their limit."""
     now = window = queued = 0.0
     for pod, rate in arrival_now.items():
         before = arrival.get(pod)
@@ -311,7 +310,8 @@ def _recent_reads(
         window += before
         if waiting_now.get(pod, 0.0) >= QUEUED:
             queued += rate
-    return _surely(now, span_s, RISEN_ERRORS) * now > window, _surely(queued, span_s, QUEUED_ERRORS)
+    risen = _surely(now, span_s, RISEN_ERRORS)
+    return (risen if risen * now > window else 0.0), _surely(queued, span_s, QUEUED_ERRORS)
 
 
 def _surely(rate: float, span_s: float, errors: float) -> float:
