@@ -13,7 +13,7 @@ last to count); W is the queue at its latest level (its mean over the recent
 span: a stock is read where it is now). A pod is asked to serve what arrives,
 and its backlog within one window, less the backlog the policy tolerates (that
 of the pods asked for and still starting too: they take their share once ready; one the
-scheduler has no node for is not starting).
+scheduler has no node for, or a scheduling gate holds, is not starting).
 Where a pod's queue stands over a queue target, λ is the larger of the window's
 mean and the recent span's: the queue is the stock of what arrived beyond what
 was served, so it shows the newer arrivals have lasted (the window would
