@@ -259,6 +259,8 @@ async def test_a_pod_held_by_a_scheduling_gate_is_read_as_not_starting(kube_sim:
         ([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}], True),
         ([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}], True),
         ([{"type": "PodScheduled", "status": "False", "reason": "Other"}], False),
+        ([{"type": "PodScheduled", "status": "False", "reason": ["Unschedulable"]}], False),
+        ([{"type": "PodScheduled", "status": "False", "reason": {"a": 1}}], False),
         ([{"type": "PodScheduled", "status": "True"}], False),
         ("Unschedulable", False),  # not a list: read as no conditions
         (7, False),

@@ -22,6 +22,10 @@ _LOOKED_UP: Final = frozenset({"=", "in"})
 _UNPLACED: Final = frozenset({"Unschedulable", "SchedulingGated"})
 
 
+def _unplaced(reason: object) -> bool:
+    return isinstance(reason, str) and reason in _UNPLACED  # a list or a dict is no reason (unhashable)
+
+
 @dataclass(frozen=True, slots=True)
 class _Pod:
     labels: Mapping[str, str]
@@ -45,7 +49,7 @@ def pod_of(obj: Mapping[str, Any]) -> tuple[str, str, _Pod] | None:
     # Not to be placed now: no node fits it, or a gate (an admission controller's quota) holds it
     # for a controller that may never let it go.
     unschedulable = any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") in _UNPLACED
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and _unplaced(c.get("reason"))
         for c in conditions
     )
     phase = status.get("phase")
