@@ -45,6 +45,9 @@ DEFAULT_PREFILL_TOKENS_PER_GPU_S = 12_000.0
 DEFAULT_DECODE_TOKENS_PER_GPU_S = 2_500.0
 BIN_S = 1.0  # the load's resolution: arrivals are summed per second
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+# The longest trace read, a bin a second in memory: a month (the 2024 traces cover a week). A row
+# years off is a bad time, and would otherwise ask for a list of billions of bins.
+MAX_SPAN_S = 31 * 86_400.0
 LEAD_IN_S = 600.0
 WINDOW_S = 900.0
 VARIABILITY_BIN_S = 10.0  # the spread that picks the most variable window is over 10 s means
@@ -118,6 +121,11 @@ def read_bins(path: Path, cost: TokenCost, bin_s: float = BIN_S) -> TraceBins:
             earliest = min(earliest, t)
             if t < origin:
                 continue
+            if t - origin > MAX_SPAN_S:
+                raise ValueError(
+                    f"{path}: a request {t - origin:.0f} s after the first: more than the "
+                    f"{MAX_SPAN_S / 86_400:.0f} days a trace may span (a bad time?)"
+                )
             i = int((t - origin) // bin_s)
             if i >= len(loads):
                 grow = i + 1 - len(loads)

@@ -86,6 +86,14 @@ def test_a_byte_order_mark_before_the_header_is_no_part_of_a_column_name(tmp_pat
     assert rt.read_bins(path, rt.TokenCost()).counts == [1]
 
 
+def test_a_time_years_off_is_refused_with_its_distance_not_binned(tmp_path: Path) -> None:
+    # Before or after the others: either way the span would be decades of one-second bins.
+    for odd in ("2099-01-01 00:00:00+00:00", "1970-01-02 00:00:00+00:00"):
+        path = trace(tmp_path, [("2024-05-10 00:00:00+00:00", 1, 1), (odd, 1, 1)])
+        with pytest.raises(ValueError, match="days a trace may span"):
+            rt.read_bins(path, rt.TokenCost())
+
+
 def test_rows_that_are_no_request_are_skipped_and_counted(tmp_path: Path) -> None:
     path = trace(
         tmp_path,
