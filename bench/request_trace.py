@@ -134,7 +134,9 @@ def read_bins(path: Path, cost: TokenCost, bin_s: float = BIN_S) -> TraceBins:
             loads[i] += 100.0 * cost.gpu_s(given, made) / bin_s
             counts[i] += 1
         if origin is None:
-            raise ValueError(f"{path}: no requests")
+            raise ValueError(
+                f"{path}: no requests ({skipped} rows that are none: a time or a token count unread)"
+            )
         if earliest >= origin:
             return TraceBins(loads, counts, skipped, bin_s)
         origin = earliest
