@@ -88,6 +88,14 @@ def seconds(text: str) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
+def _count(text: str) -> int:
+    """A token count: a whole number, written as one or as a float ("12.0", as dataframes export)."""
+    value = float(text)
+    if not value.is_integer() or value < 0:  # NaN and inf are not integers either
+        raise ValueError(f"not a token count: {text!r}")
+    return int(value)
+
+
 def _rows(path: Path) -> Iterator[tuple[float, int, int] | None]:
     """(arrival, input tokens, output tokens) per row; None for a row that is no request."""
     with path.open(newline="", encoding="utf-8-sig") as f:  # a BOM, as spreadsheets write, is no column name
@@ -99,8 +107,7 @@ def _rows(path: Path) -> Iterator[tuple[float, int, int] | None]:
         at, given, made = (header.index(name) for name in COLUMNS)
         for row in reader:
             try:
-                tokens = int(row[given]), int(row[made])
-                yield (seconds(row[at]), *tokens) if min(tokens) >= 0 else None
+                yield seconds(row[at]), _count(row[given]), _count(row[made])
             except (ValueError, IndexError, OverflowError):
                 yield None
 
@@ -221,16 +228,16 @@ def trace_profile(
     the 10 minutes before them as a lead-in; scaled by ``scale``, or so that the
     span's busiest minute needs ``peak_replicas`` at ``per_pod`` GPU-percent."""
     trace = read_bins(path, cost)
-    loads = trace.loads
+    loads, bin_s = trace.loads, trace.bin_s
     if whole:
         first, lead_in, span = 0, 0.0, loads
     else:
-        start = most_variable_start_s(loads)
-        first = round((start - LEAD_IN_S) / BIN_S)
-        span = loads[first : first + round((LEAD_IN_S + WINDOW_S) / BIN_S)]
+        start = most_variable_start_s(loads, bin_s)
+        first = round((start - LEAD_IN_S) / bin_s)
+        span = loads[first : first + round((LEAD_IN_S + WINDOW_S) / bin_s)]
         lead_in = LEAD_IN_S
     if scale is None:
-        peak = peak_minute(span)
+        peak = peak_minute(span, bin_s)
         scale = 1.0 if peak <= 0 or peak_replicas is None else peak_replicas * per_pod / peak
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"the trace's scale must be a positive number, not {scale}")
@@ -241,17 +248,17 @@ def trace_profile(
         "requests_in_trace": sum(trace.counts),
         "requests_replayed": replayed,
         "rows_skipped": trace.skipped,
-        "replayed_from_s": first * BIN_S,
+        "replayed_from_s": first * bin_s,
         "lead_in_s": lead_in,
-        "measured_s": len(span) * BIN_S - lead_in,
+        "measured_s": len(span) * bin_s - lead_in,
         "prefill_tokens_per_gpu_s": cost.prefill_tokens_per_gpu_s,
         "decode_tokens_per_gpu_s": cost.decode_tokens_per_gpu_s,
         "scale": round(scale, 4),
-        "mean_gpu_s_per_request": round(sum(span) * BIN_S / 100.0 / replayed, 4) if replayed else 0.0,
-        "mean_load_measured": round(statistics.fmean(scaled[round(lead_in / BIN_S) :]), 2),
-        "peak_minute_load": round(peak_minute(list(scaled)), 2),
+        "mean_gpu_s_per_request": round(sum(span) * bin_s / 100.0 / replayed, 4) if replayed else 0.0,
+        "mean_load_measured": round(statistics.fmean(scaled[round(lead_in / bin_s) :]), 2),
+        "peak_minute_load": round(peak_minute(list(scaled), bin_s), 2),
     }
     # a workload name: a lowercase RFC 1123 label, short enough for the pods' names
     stem = re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-")[:30].strip("-") or "trace"
     name = f"{stem}-{'whole' if whole else 'variable15'}"
-    return TraceProfile(name, loads=scaled, lead_in_s=lead_in, scale=scale, source=source)
+    return TraceProfile(name, loads=scaled, lead_in_s=lead_in, scale=scale, source=source, bin_s=bin_s)

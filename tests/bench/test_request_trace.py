@@ -111,6 +111,20 @@ def test_rows_that_are_no_request_are_skipped_and_counted(tmp_path: Path) -> Non
         rt.read_bins(tmp_path / "empty.csv", rt.TokenCost())
 
 
+def test_token_counts_written_as_whole_floats_are_read_and_fractions_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "exported.csv"
+    path.write_text(
+        HEADER
+        + "2024-05-10 00:00:00,12000.0,2500.0\n"  # as a dataframe writes an integer column with gaps
+        + "2024-05-10 00:00:01,1e3,0\n"
+        + "2024-05-10 00:00:01,12.5,1\n"  # half a token is no count
+        + "2024-05-10 00:00:01,inf,1\n"
+    )
+    bins = rt.read_bins(path, rt.TokenCost(prefill_tokens_per_gpu_s=12000.0, decode_tokens_per_gpu_s=2500.0))
+    assert (bins.counts, bins.skipped) == ([1, 1], 2)
+    assert bins.loads == pytest.approx([200.0, 100.0 * 1000 / 12000])
+
+
 def test_a_trace_without_the_token_columns_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "other.csv"
     path.write_text("TIMESTAMP,Tokens\n2023-11-16 18:00:00,5\n")
