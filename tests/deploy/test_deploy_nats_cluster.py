@@ -59,7 +59,10 @@ def route_port() -> int:
 @pytest.fixture
 def unstarted(tmp_path: Path) -> Iterator[list[EmbeddedNats]]:
     """The cluster's servers, each routed to the others, none started yet."""
-    routes = [route_port() for _ in range(NODES)]
+    routes: list[int] = []
+    while len(routes) < NODES:  # distinct: three picks from one range may meet
+        if (port := route_port()) not in routes:
+            routes.append(port)
     servers: list[EmbeddedNats] = []
     for i in range(NODES):
         store = tmp_path / f"n{i}"
