@@ -129,6 +129,21 @@ class EmbeddedNats:
         self.stop()
         self.start()
 
+    def pause(self, paused: bool = True) -> None:
+        """Freeze the server (SIGSTOP) or let it go on (SIGCONT): its clients' round trips stall
+        with their connections open, as behind a server too busy to answer."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        self._proc.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
+        # A signal is delivered, not obeyed, when send_signal returns: wait until Linux says so.
+        stat = Path(f"/proc/{self._proc.pid}/stat")
+        deadline = time.monotonic() + 2.0
+        with contextlib.suppress(OSError):
+            while (stat.read_text().rsplit(")", 1)[1].split()[0] == "T") != paused:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.001)
+
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

@@ -453,7 +453,21 @@ async def flush(nc: NATS, timeout_s: float = 10.0) -> None:
             raise nats_errors.FlushTimeoutError
         before = nc.pending_data_size
         await asyncio.sleep(0.001)
-    await nc.flush(timeout=max(deadline - loop.time(), 0.001))  # type: ignore[arg-type]  # nats-py takes float seconds; its hint says int
+    try:
+        await nc.flush(timeout=max(deadline - loop.time(), 0.001))  # type: ignore[arg-type]  # nats-py takes float seconds; its hint says int
+    except BaseException:  # timed out, or the caller's deadline cancelled it
+        _stand_in_for_given_up_pings(nc)
+        raise
+
+
+def _stand_in_for_given_up_pings(nc: NATS) -> None:
+    """nats-py leaves a given-up flush's cancelled PING future in the list its PONGs resolve in
+    order, and its read loop stops for good on the late PONG's ``set_result`` (nats-py 2.16): a
+    pending stand-in takes that PONG, and the others stay matched to their own."""
+    pongs = getattr(nc, "_pongs", None)
+    if isinstance(pongs, list):
+        loop = asyncio.get_running_loop()
+        pongs[:] = [loop.create_future() if f.cancelled() else f for f in pongs]
 
 
 async def drain(nc: NATS | None, timeout_s: float = 2.0) -> None:
