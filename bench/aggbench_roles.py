@@ -12,7 +12,7 @@ from typing import Any
 
 from aggbench_batches import bare_decode, batch_template, node_name, stamp
 
-from gpuscale import subjects
+from gpuscale import natsio, subjects
 
 
 async def role_generator(
@@ -44,7 +44,7 @@ async def role_generator(
                 await nc.publish(subject, stamp(template, time.time(), second))
             published += len(slot)
         second += 1
-    await nc.flush()
+    await natsio.flush(nc)
     await nc.close()
     print(f"late_max_s {late:.3f}", flush=True)
     print(f"published {published}", flush=True)  # last: keep_up_step reads the last word
@@ -62,7 +62,7 @@ async def role_burst(url: str, count: int, nodes: int, ready_file: str) -> None:
     for k in range(count):
         template, subject = templates[k % nodes]
         await nc.publish(subject, stamp(template, time.time(), k // nodes))
-    await nc.flush(timeout=60)
+    await natsio.flush(nc, timeout_s=60)
     await nc.close()
 
 
@@ -104,7 +104,7 @@ async def role_bare(url: str, expected: int, ready_file: str) -> None:
             done.set()
 
     await nc.subscribe(subjects.SAMPLES_ALL, cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=0)
-    await nc.flush()
+    await natsio.flush(nc)
     Path(ready_file).touch()  # noqa: ASYNC240 - one tiny write before the measurement starts
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(done.wait(), 60)

@@ -52,7 +52,7 @@ from gpuscale import codec, subjects
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.logging import configure
 from gpuscale.metrics import ServiceMetrics
-from gpuscale.natsio import NATS, connect, drain, ensure_stream, headers_msg_id, jetstream
+from gpuscale.natsio import NATS, connect, drain, ensure_stream, flush, headers_msg_id, jetstream
 from gpuscale.policy import parse_gpuscaler
 from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
 from gpuscale_decider.decider import Decider
@@ -127,8 +127,8 @@ async def _publish(url: str, workloads: int, rate: float, seconds: float, signal
         if math.isfinite(per_tick):
             await asyncio.sleep(max(0.0, start + (sent / rate) - time.perf_counter()))
         else:
-            await nc.flush()
-    await nc.flush()
+            await flush(nc)
+    await flush(nc)
     await drain(nc)
 
 
@@ -303,7 +303,7 @@ async def run_phase(
     sub = await nc.subscribe(
         subjects.METRICS_ALL, cb=cb, pending_msgs_limit=10_000_000, pending_bytes_limit=-1
     )
-    await nc.flush()
+    await flush(nc)
     gc.collect()
     proc = psutil.Process()
     expected = int(rate * seconds) if math.isfinite(rate) else int(workloads * seconds)
