@@ -27,6 +27,7 @@ from gpuscale.wire import SampleBatch, WindowRequest, WireError
 
 from .core import scaleout
 from .core.ingest import ACCEPTED, DUPLICATE, NODE_MISMATCH, SEQ_RESET, Aggregator, mismatch_detail
+from .core.pods import COMPILED_LOOP
 from .core.window import WindowConfig, WorkloadTuple
 from .metrics import KIND, OBSERVE_EVERY, AggregatorMetrics
 from .publishing import MetricsPublisher
@@ -383,6 +384,7 @@ class AggregatorService:
             max_window_s=self.settings.max_window_s,
             publish_interval_s=self.settings.publish_interval_s,
             partition=f"{self.partition_index}/{self.partitions}" if self.partitioned else "none",
+            compiled_loop=COMPILED_LOOP,
         )
         live_subject = (
             subjects.aggregator_partition(self.partition_index) if self.partitioned else subjects.SAMPLES_ALL

@@ -9,12 +9,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Final
 
 from gpuscale.wire import HEALTH_OK, SampleBatch
 
 from .records import COUNT_MAX, EMPTY, HUGE, NO_ENGINE, RECORD, TOTALS_RECORD
 from .rings import AWAITED, Rings
+
+
+def _compiled_loop() -> ModuleType | None:
+    """The hot loop compiled (``make compiled``, where a C compiler is); None: it runs in Python."""
+    try:
+        from . import _addbatch
+    except ImportError:
+        return None
+    return _addbatch
+
+
+_compiled = _compiled_loop()
+COMPILED_LOOP: Final = _compiled is not None
 
 WorkloadTuple = tuple[str, str, str]
 
@@ -153,8 +167,16 @@ class PodWindows(Rings):
             self.complete[workload] = None
 
     def add_batch(self, batch: SampleBatch, at: float | None = None) -> None:
-        """Add one validated batch: the hot path, kept flat (one record write per GPU owner)."""
-        ts = batch.ts if at is None else at  # when it happened, on this process's clock
+        """Add one validated batch at ``at`` (this process's clock; None: the batch's own time)."""
+        ts = batch.ts if at is None else at
+        if _compiled is not None and not (self._ring_slots or self._long):
+            _compiled.add_batch(self, batch, ts)
+        else:
+            self._add_batch_python(batch, ts)
+
+    def _add_batch_python(self, batch: SampleBatch, ts: float) -> None:
+        """The hot path, kept flat (one record write per GPU owner); ``_addbatch.pyx`` is its
+        compiled twin for the shared rings, and must stay byte for byte the same."""
         bucket = int(ts * self._inv_bucket)
         interval_s, slots, workloads = batch.interval_s, self.slots, self.workloads
         position = bucket % slots
