@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # What the demo needs (the package and its runtime dependencies), without the dev toolchain.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 # The aggregator's hot loop, compiled with Cython where a C compiler is (else it runs in Python).
-ADDBATCH := services/aggregator/gpuscale_aggregator/core/_addbatch
+LOOPS := services/aggregator/gpuscale_aggregator/core/_loops
 
 .PHONY: demo test lint typecheck imports unit venv compiled clean bench images images-push compose-up compose-down
 
@@ -45,12 +45,13 @@ unit: $(STAMP) compiled
 
 # A failed build is not an error: the same loop runs in Python (about 3x the CPU per sample), and
 # the aggregator logs which one it runs. CI sets GPUSCALE_REQUIRE_COMPILED, which fails the twin test.
-compiled: $(ADDBATCH).built
+compiled: $(LOOPS).built
 
-$(ADDBATCH).built: $(ADDBATCH).pyx $(STAMP)
-	@rm -f $(ADDBATCH).*.so
-	@if $(BIN)/cythonize -i -3 -q $(ADDBATCH).pyx >$(ADDBATCH).log 2>&1; then rm -f $(ADDBATCH).log; \
-	else echo "the aggregator's compiled loop did not build ($(ADDBATCH).log): it runs in Python"; fi
+$(LOOPS).built: $(LOOPS).pyx $(STAMP)
+	@rm -f $(LOOPS).*.so
+	@if $(BIN)/cythonize -i -3 -q $(LOOPS).pyx >$(LOOPS).log 2>&1; then rm -f $(LOOPS).log; \
+	else echo "the aggregator's compiled loop did not build ($(LOOPS).log): it runs in Python"; fi
+	@rm -rf services/aggregator/build
 	@touch $@
 
 # The README's test command: every habit check, then the whole suite.

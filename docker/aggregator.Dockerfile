@@ -15,7 +15,7 @@ COPY cli/ cli/
 # The window's hot loop compiled (without it the same loop runs in Python, ~3x the CPU per sample).
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
  && pip install 'cython>=3.0' \
- && cythonize -i -3 -q services/aggregator/gpuscale_aggregator/core/_addbatch.pyx
+ && cythonize -i -3 -q services/aggregator/gpuscale_aggregator/core/_loops.pyx
 RUN pip wheel --wheel-dir /wheels . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-index --find-links /wheels gpuscale

@@ -1,9 +1,10 @@
-"""The compiled add_batch (core/_addbatch.pyx) against the Python loop it twins: the same bytes.
+"""The compiled loops (core/_loops.pyx) against the Python loops they twin: the same bytes.
 
-Two stores take the same varied stream of batches, one through ``add_batch`` (compiled where the
-rings are shared), one through ``_add_batch_python`` only; after every batch their packed buffers
-and bookkeeping are equal, and every publish cycle's messages encode to the same bytes. The stream
-covers what the compiled loop handles itself and every branch it hands back to Python.
+Two stores take the same varied stream of batches and publish passes, one through the compiled
+loops where the rings are shared, one through ``_add_batch_python`` and ``_message_python``
+only; after every batch and every pass their packed buffers and bookkeeping are equal, and every
+message encodes to the same bytes. The stream covers what the compiled loops handle themselves
+and every branch they hand back to Python.
 """
 
 from __future__ import annotations
@@ -15,16 +16,16 @@ from typing import Any
 import pytest
 
 from gpuscale.codec import Reader, encode, encode_raw
-from gpuscale.wire import SampleBatch
-from gpuscale_aggregator.core import pods
+from gpuscale.wire import SampleBatch, WorkloadMetrics
+from gpuscale_aggregator.core import pods, window
 from gpuscale_aggregator.core.window import WindowConfig, WindowStore
 
 from .aggregator_builders import NOW, batch, engine, gpu, owner
 
 if pods._compiled is None:
     if os.environ.get("GPUSCALE_REQUIRE_COMPILED"):
-        pytest.fail("GPUSCALE_REQUIRE_COMPILED is set but core/_addbatch is not built (make venv builds it)")
-    pytest.skip("core/_addbatch is not built here: the Python loop alone runs", allow_module_level=True)
+        pytest.fail("GPUSCALE_REQUIRE_COMPILED is set but core/_loops is not built (make venv builds it)")
+    pytest.skip("core/_loops is not built here: the Python loop alone runs", allow_module_level=True)
 
 _BUFFERS = (
     "_ts",
@@ -47,6 +48,9 @@ class PythonOnly(WindowStore):
     def add_batch(self, batch: SampleBatch, at: float | None = None) -> None:
         self._add_batch_python(batch, batch.ts if at is None else at)
 
+    def _message(self, *args: Any) -> WorkloadMetrics | None:
+        return self._message_python(*args)
+
 
 def _value(rng: random.Random, low: float, high: float) -> float | None:
     roll = rng.random()
@@ -54,6 +58,8 @@ def _value(rng: random.Random, low: float, high: float) -> float | None:
         return None
     if roll < 0.2:
         return float(rng.choice((0, 0.0, high)))
+    if roll < 0.3:  # near the ceiling, where the means are pinned
+        return rng.uniform(0.99 * high, high)
     return round(rng.uniform(low, high), rng.choice((0, 1, 3)))
 
 
@@ -66,7 +72,10 @@ def _owner(rng: random.Random, pod: str, workload: str) -> dict[str, Any]:
     }
     if rng.random() < 0.3:
         kw["engine"] = engine(
-            _value(rng, 0.0, 50.0), _value(rng, 0.0, 64.0), _value(rng, 0.0, 100.0), arrival=_value(rng, 0, 9)
+            _value(rng, 0.0, 50.0),
+            _value(rng, 0.0, 300.0),
+            _value(rng, 0.0, 100.0),
+            arrival=_value(rng, 0, 9),
         )
     return owner(pod, workload, **kw)
 
@@ -117,7 +126,7 @@ def _state(store: WindowStore) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_compiled_add_batch_writes_what_the_python_loop_writes(seed: int) -> None:
+def test_compiled_loops_write_and_publish_what_the_python_loops_do(seed: int) -> None:
     rng = random.Random(seed)
     config = WindowConfig(window_s=rng.choice((5.0, 10.0, 30.0)))
     compiled, python = WindowStore(config), PythonOnly(config)
@@ -136,27 +145,42 @@ def test_compiled_add_batch_writes_what_the_python_loop_writes(seed: int) -> Non
         compiled.add_batch(decoded, at)
         python.add_batch(decoded, at)
         assert _state(compiled) == _state(python), f"step {step}"
-        if rng.random() < 0.2:
+        roll = rng.random()
+        if roll < 0.15:  # the cycle: every workload expired and its message built
             sent = [(w, encode(m) if m else None) for w, m in compiled.iter_messages(t)]
             assert sent == [(w, encode(m) if m else None) for w, m in python.iter_messages(t)]
             assert _state(compiled) == _state(python), f"publish after step {step}"
+        elif roll < 0.4:  # the workloads whose tick completed, one message each
+            due = compiled.take_complete(t)
+            assert due == python.take_complete(t)
+            offset = rng.choice((0.0, 0.25))  # a wall-clock step
+            for workload in due:
+                message, twin = (
+                    compiled.message_of(workload, t, offset),
+                    python.message_of(workload, t, offset),
+                )
+                assert (encode(message) if message else None) == (encode(twin) if twin else None)
+            assert _state(compiled) == _state(python), f"messages due after step {step}"
 
 
-def test_compiled_add_batch_is_used_where_the_rings_are_shared() -> None:
-    """A guard against a twin that is never called: the shared rings take the compiled path."""
+def test_compiled_loops_are_used_where_the_rings_are_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guard against twins that are never called: the shared rings take the compiled paths."""
     store = WindowStore(WindowConfig(window_s=10.0))
     called = []
     real = pods._compiled
 
     class Spy:
         def add_batch(self, *args: Any) -> None:
-            called.append(args[2])
+            called.append("add_batch")
             real.add_batch(*args)
 
+        def message(self, *args: Any) -> WorkloadMetrics | None:
+            called.append("message")
+            return real.message(*args)
+
     decoded, _ = Reader(SampleBatch).read(encode_raw(batch(gpu(0, owner("p")), ts=NOW)), NOW)
-    pods._compiled = Spy()
-    try:
-        store.add_batch(decoded, NOW)
-    finally:
-        pods._compiled = real
-    assert called == [NOW]
+    monkeypatch.setattr(pods, "_compiled", Spy())
+    monkeypatch.setattr(window, "_compiled", pods._compiled)
+    store.add_batch(decoded, NOW)
+    assert store.snapshot(NOW + 0.5)
+    assert called == ["add_batch", "message"]

@@ -21,10 +21,10 @@ from .rings import AWAITED, Rings
 def _compiled_loop() -> ModuleType | None:
     """The hot loop compiled (``make compiled``, where a C compiler is); None: it runs in Python."""
     try:
-        from . import _addbatch
+        from . import _loops
     except ImportError:
         return None
-    return _addbatch
+    return _loops
 
 
 _compiled = _compiled_loop()
@@ -175,7 +175,7 @@ class PodWindows(Rings):
             self._add_batch_python(batch, ts)
 
     def _add_batch_python(self, batch: SampleBatch, ts: float) -> None:
-        """The hot path, kept flat (one record write per GPU owner); ``_addbatch.pyx`` is its
+        """The hot path, kept flat (one record write per GPU owner); ``_loops.pyx`` is its
         compiled twin for the shared rings, and must stay byte for byte the same."""
         bucket = int(ts * self._inv_bucket)
         interval_s, slots, workloads = batch.interval_s, self.slots, self.workloads

@@ -16,7 +16,17 @@ from typing import Any
 
 from gpuscale.wire import UNSET, MetricValues, PodMetrics, WorkloadMetrics
 
-from .pods import CLAMPED, TOO_MANY, TTL_MAX_S, TTL_MIN_S, PodWindows, Wanted, WindowConfig, WorkloadTuple
+from .pods import (
+    CLAMPED,
+    TOO_MANY,
+    TTL_MAX_S,
+    TTL_MIN_S,
+    PodWindows,
+    Wanted,
+    WindowConfig,
+    WorkloadTuple,
+    _compiled,
+)
 from .records import EMPTY, ENGINE_METRICS, KV, N_ENGINE, NO_ENGINE, RECORD, TOTALS_RECORD, WINDOW_METRICS
 from .rings import AWAITED, UNAWAITED
 
@@ -180,9 +190,31 @@ class WindowStore(PodWindows):
         recent_s: float | None,
         wall_offset_s: float,
     ) -> WorkloadMetrics | None:
+        """See :meth:`_message_python`; compiled where every ring is in the shared buffers."""
+        if _compiled is not None and not self._long:
+            return _compiled.message(
+                self, workload, members, now, cutoff, after, since, window_s, recent_s, wall_offset_s
+            )
+        return self._message_python(
+            workload, members, now, cutoff, after, since, window_s, recent_s, wall_offset_s
+        )
+
+    def _message_python(
+        self,
+        workload: WorkloadTuple,
+        members: dict[str, int],
+        now: float,
+        cutoff: float,
+        after: float | None,
+        since: float | None,
+        window_s: float,
+        recent_s: float | None,
+        wall_offset_s: float,
+    ) -> WorkloadMetrics | None:
         """Expiry as :meth:`_expire` and, in the same pass over the pods, the window means per pod
         (pinned to the contract's ranges) and per workload the mean over fresh pods; None: no pod
-        left. Spelled out per metric: this runs for every pod every message."""
+        left. Spelled out per metric: this runs for every pod every message; ``_loops.pyx`` is its
+        compiled twin for the shared rings, and must stay byte for byte the same."""
         stale_after, slots, unset = self.config.stale_intervals, self.slots, UNSET
         totals, shared_ring, lengths, own_rings = self._totals, self._ring, self._len, self._long
         opened, last_seen, intervals = self._open, self._last_seen, self._interval
