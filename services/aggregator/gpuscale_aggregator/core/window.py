@@ -192,9 +192,10 @@ class WindowStore(PodWindows):
     ) -> WorkloadMetrics | None:
         """See :meth:`_message_python`; compiled where every ring is in the shared buffers."""
         if _compiled is not None and not self._long:
-            return _compiled.message(
+            message: WorkloadMetrics | None = _compiled.message(
                 self, workload, members, now, cutoff, after, since, window_s, recent_s, wall_offset_s
             )
+            return message
         return self._message_python(
             workload, members, now, cutoff, after, since, window_s, recent_s, wall_offset_s
         )
