@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Final
 
 DURATION_EXAMPLES: Final = "30, 30s, 500ms or 2m"
@@ -14,7 +15,13 @@ _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 def format_time(unix_s: float) -> str:
     """A Kubernetes Time: RFC 3339 in UTC, whole seconds."""
-    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _format_second(math.floor(unix_s))
+
+
+@lru_cache(maxsize=256)
+def _format_second(second: int) -> str:
+    # A status names the same few seconds over and over (now, the last scale): format each once.
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_micro_time(unix_s: float) -> str:
