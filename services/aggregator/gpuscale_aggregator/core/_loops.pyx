@@ -10,19 +10,23 @@ engine, an eviction out of order, a late sample, engine records and means, recen
 leaving). Pure: the times are parameters.
 """
 
+import sys
+
 from cpython.array cimport array
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from libc.string cimport memcpy
 
-from .records import COUNT_MAX as _COUNT_MAX, EMPTY as _EMPTY, HUGE as _HUGE, NO_ENGINE as _NO_ENGINE
-from .records import N_METRICS as _N_METRICS, RECORD as _RECORD, TOTALS as _TOTALS
-
 from gpuscale.wire import HEALTH_OK, NO_METRICS, UNSET, MetricValues, PodMetrics, WorkloadMetrics
 
-from .records import ENGINE_RECORD as _ENGINE_RECORD, KV as _KV, N_ENGINE as _N_ENGINE
+from .records import COUNT_MAX as _COUNT_MAX, EMPTY as _EMPTY, ENGINE_RECORD as _ENGINE_RECORD
+from .records import HUGE as _HUGE, KV as _KV, N_ENGINE as _N_ENGINE, N_METRICS as _N_METRICS
+from .records import NO_ENGINE as _NO_ENGINE, RECORD as _RECORD, TOTALS as _TOTALS
 from .rings import AWAITED as _AWAITED, UNAWAITED as _UNAWAITED
 
-# The layout this file spells out; records.py checks the catalog, this checks the bytes.
+# The layout this file spells out; records.py checks the catalog, this checks the bytes. An
+# ImportError leaves the Python loops to run.
+if sys.byteorder != "little":
+    raise ImportError("the compiled loops read the records' little-endian floats as native ones")
 if _RECORD.format != "<6f6B" or _RECORD.size != 30 or _N_METRICS != 6 or _TOTALS != 12:
     raise ImportError("the compiled add_batch spells out a record layout that has changed")
 if _ENGINE_RECORD.format != "<5f5B" or _N_ENGINE != 5 or _KV != 2:
