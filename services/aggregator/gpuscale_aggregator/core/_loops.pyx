@@ -94,10 +94,10 @@ def add_batch(object windows, object batch, double ts):
     if batch.engines:
         pod_engines = {e.pod_uid: e.signals for e in batch.engines}
     cdef object g, owners, o, w, workload, members, pid_obj, engine, sm_active, sm_util, mem_obj
-    cdef object fb_used, fb_free, power_obj, ratio_obj, util_obj
+    cdef object fb_used, fb_free, power_obj, util_obj
     cdef double util, sm_active_v, sm_util_v, mem, ratio, power, framebuffer, fbu
     cdef bint has_sm_active, has_sm_util, has_mem, has_ratio, has_power, has_fb_used
-    cdef long long pid, eid, current, slot, closing, t
+    cdef long long pid, eid, current, slot, closing
     cdef char* rec
     cdef char* old
     cdef int i
