@@ -13,13 +13,15 @@ COPY services/ services/
 COPY kubesim/ kubesim/
 COPY cli/ cli/
 # The window's hot loops compiled (without them the same loops run in Python, ~3x the CPU per
-# sample; the aggregator's start-up log says which: compiled_loop). python3-dev: the headers where
-# the base is Debian's own Python (bench/containers.sh); the official image carries its own.
-RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
- && rm -rf /var/lib/apt/lists/* \
- && pip install 'cython>=3.0' \
- && (cythonize -i -3 -q services/aggregator/gpuscale_aggregator/core/_loops.pyx \
-     || echo "the aggregator's compiled loops did not build: the image runs them in Python")
+# sample; the aggregator's start-up log says which: compiled_loop). Cython in a throwaway venv
+# (a Debian base's pip installs nothing system-wide); python3-dev: the headers where the base is
+# Debian's own Python (bench/containers.sh), the official image carries its own. A build that
+# fails leaves the Python loops, never a failed image.
+RUN (apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
+     && python -m venv /tmp/cython && /tmp/cython/bin/pip install 'cython>=3.0' setuptools \
+     && /tmp/cython/bin/cythonize -i -3 -q services/aggregator/gpuscale_aggregator/core/_loops.pyx) \
+    || echo "the aggregator's compiled loops did not build: the image runs them in Python"; \
+    rm -rf /var/lib/apt/lists/* /tmp/cython services/aggregator/build
 RUN pip wheel --wheel-dir /wheels . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-index --find-links /wheels gpuscale
