@@ -26,6 +26,9 @@ _ids = itertools.count(1)
 # Short leases so tests do not wait; ratios as the defaults.
 FAST_LEASE = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.2}
 
+# A write that succeeded: at once, or after one 409 (kube-sim's controllers write the objects too).
+WRITTEN = ("applied", "conflict_retried")
+
 
 def settings_for(nats_url: str, kubeconfig: str, **overrides: Any) -> ActuatorSettings:
     base = ActuatorSettings(

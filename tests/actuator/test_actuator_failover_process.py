@@ -21,7 +21,7 @@ from gpuscale.natsio import NATS
 from gpuscale_kubesim import KubeSim
 
 from ..waiting import eventually
-from .actuator_harness import decision, publish, watch_actions
+from .actuator_harness import WRITTEN, decision, publish, watch_actions
 from .kube_fixtures import api_client, events_about, seed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -98,7 +98,7 @@ async def test_two_actuators_one_leader_and_failover(
             for replicas in (1, 2, 3):  # only the leader acts on every one of them
                 d = decision(from_=replicas, to=replicas + 1)
                 await publish(nats_client, d)
-                assert (await actions.wait_for(d.id, timeout_s=30)).outcome == "applied"
+                assert (await actions.wait_for(d.id, timeout_s=30)).outcome in WRITTEN
             await eventually(lambda: _count(kube_sim, 3), what="three events")
             assert await reporters(kube_sim) == [leader] * 3
 
@@ -112,7 +112,7 @@ async def test_two_actuators_one_leader_and_failover(
 
             d = decision(from_=4, to=5)
             await publish(nats_client, d)
-            assert (await actions.wait_for(d.id, timeout_s=30)).outcome == "applied"
+            assert (await actions.wait_for(d.id, timeout_s=30)).outcome in WRITTEN
             await eventually(lambda: _count(kube_sim, 4), what="the fourth event")
             assert (await reporters(kube_sim))[-1] == follower
         assert procs[follower].poll() is None

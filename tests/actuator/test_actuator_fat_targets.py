@@ -21,7 +21,7 @@ from gpuscale.natsio import NATS
 from gpuscale_kubesim import KubeSim
 
 from ..k8s_objects import gpu_workload, gpuscaler
-from .actuator_harness import decision, publish, watch_actions
+from .actuator_harness import WRITTEN, decision, publish, watch_actions
 from .test_actuator_failover_process import _spawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -76,14 +76,14 @@ async def test_fat_targets_cost_the_actuator_a_scale_read_and_the_other_team_is_
                 await publish(nats_client, of("team-b", f"fat-{i}", "StatefulSet", 1, 1))
             first = of("team-a", "bert", "Deployment", 1, 2)
             await publish(nats_client, first)
-            assert (await actions.wait_for(first.id, timeout_s=60)).outcome == "applied"
+            assert (await actions.wait_for(first.id, timeout_s=60)).outcome in WRITTEN
             before = cpu_s(proc.pid)
             await asyncio.sleep(WINDOW_S)  # ~8 resyncs
             used = cpu_s(proc.pid) - before
             started = time.monotonic()
             second = of("team-a", "bert", "Deployment", 2, 3)
             await publish(nats_client, second)
-            assert (await actions.wait_for(second.id, timeout_s=60)).outcome == "applied"
+            assert (await actions.wait_for(second.id, timeout_s=60)).outcome in WRITTEN
             took = time.monotonic() - started
     finally:
         proc.terminate()
