@@ -369,7 +369,7 @@ class Rings:
     def _recent(self, pid: int, cutoff: float) -> MetricValues:
         """The pod's means over its buckets whose newest sample is after ``cutoff`` (the last
         seconds, for the workloads whose policy asked). Spelled out: this runs for every pod of
-        such a workload in every message."""
+        such a workload in every message (``_loops.pyx`` spells it out again for the shared rings)."""
         current = self._open[pid]
         if current < 0:
             return NO_METRICS
