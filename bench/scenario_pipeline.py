@@ -11,11 +11,11 @@ from pathlib import Path
 from request_trace import TraceProfile
 from scenario_setup import (
     GPUS_PER_NODE,
-    METRICS,
     NAMESPACE,
     NODES,
     POLL_S,
     STARTUP_DELAY_S,
+    Scaler,
     Series,
     deployment,
     gpuscaler,
@@ -30,12 +30,13 @@ from gpuscale_kubesim.sim import KubeSim
 
 async def run_pipeline(
     traces: dict[str, tuple[loadmod.Profile, float]],
+    scalers: dict[str, Scaler],
     work: Path,
     log_level: str,
     scale_down_window_s: int | None = None,
     measure_from: dict[str, float] | None = None,
 ) -> tuple[dict[str, dict[str, Series]], dict[str, dict[str, WaitAccount]]]:
-    """Every trace's two workloads at once on one pipeline: (t, load, requested) every
+    """Every trace's workloads (one per scaler) at once on one pipeline: (t, load, requested) every
     POLL_S each (read in-process), and what each one's requests paid from ``measure_from`` on."""
     measure_from = measure_from or {}
     run_s = max(duration for _, duration in traces.values())
@@ -53,12 +54,14 @@ async def run_pipeline(
             seed=1,
             kubeconfig_path=work / "kubeconfig",
         ) as sim:
-            names = {(trace, kind): f"{trace}-{kind}" for trace in traces for kind in METRICS}
+            names = {(trace, kind): f"{trace}-{kind}" for trace in traces for kind in scalers}
             for (trace, kind), name in names.items():
                 profile, _ = traces[trace]
-                await sim.create(deployment(name))
-                metric, target = METRICS[kind]
-                await sim.create(gpuscaler(name, metric, target, scale_down_window_s=scale_down_window_s))
+                scaler = scalers[kind]
+                await sim.create(deployment(name, scaler.engine_signals))
+                await sim.create(
+                    gpuscaler(name, scaler.metric, scaler.target, scale_down_window_s=scale_down_window_s)
+                )
                 opening = profile.opening_level() if isinstance(profile, TraceProfile) else profile.at(0.0)
                 sim.set_load(NAMESPACE, name, loadmod.constant(opening))
             group = ProcessGroup(work, env={"GPUSCALE_NATS_URL": nats.url, "GPUSCALE_LOG_LEVEL": log_level})
@@ -77,7 +80,7 @@ async def run_pipeline(
                 for (trace, _kind), name in names.items():
                     sim.set_load(NAMESPACE, name, traces[trace][0])
                 begin = time.monotonic()
-                series: dict[str, dict[str, Series]] = {t: {k: [] for k in METRICS} for t in traces}
+                series: dict[str, dict[str, Series]] = {t: {k: [] for k in scalers} for t in traces}
                 before: dict[str, WaitAccount] = {}
                 ended: dict[str, WaitAccount] = {}
                 tick = 0

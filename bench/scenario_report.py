@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from scenario_floor import floor_account, oracle
-from scenario_setup import FIELDS, METRICS, PAID_FIELDS, Series, measure, paid
+from scenario_setup import FIELDS, PAID_FIELDS, SCALERS, Scaler, Series, measure, paid
 
 from gpuscale_cli.demo.report import Provisioning
 from gpuscale_kubesim.cluster import load as loadmod
@@ -38,6 +38,7 @@ def _chain_summary(runs: list[Provisioning], paid_runs: list[dict[str, Any]]) ->
 def trace_table(
     doc: dict[str, Any],
     traces: dict[str, tuple[loadmod.Profile, float]],
+    scalers: dict[str, Scaler],
     measure_from: dict[str, float],
     chain: dict[str, list[Provisioning]],
     chain_paid: dict[str, list[dict[str, Any]]],
@@ -54,15 +55,15 @@ def trace_table(
         start = measure_from.get(trace_name, 0.0)
         entry: dict[str, Any] = {"chain": _chain_summary(chain[trace_name], chain_paid[trace_name])}
         if trace_name in pipeline:
-            for kind, (metric, _) in METRICS.items():
+            for kind, scaler in scalers.items():
                 points = pipeline[trace_name][kind]
                 p = measure(points, start)
-                entry[f"gpuscale_{metric}"] = {
+                entry[scaler.label] = {
                     **p.to_json(),
                     **paid(points, pipeline_paid[trace_name][kind], start),
                     "series": points,
                 }
-                print(_row(f"{trace_name} · gpuscale {metric}", entry[f"gpuscale_{metric}"]))
+                print(_row(f"{trace_name} · {scaler.title}", entry[scaler.label]))
         print(_row(f"{trace_name} · usual chain (gpu_util, mean of {doc['chain_runs']})", entry["chain"]))
         profile, duration = traces[trace_name]
         floor = oracle(profile, duration, stabilization_s)
@@ -111,7 +112,7 @@ def totals_and_verdicts(
         return
     chain_total = totals["chain"]
     verdicts = {}
-    for label in (f"gpuscale_{m}" for m, _ in METRICS.values()):
+    for label in (s.label for s in SCALERS.values()):
         if label in totals:
             mine = totals[label]
             verdicts[label] = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuscale_cli.demo.report import NEEDED_PER_POD, Provisioning, provisioning
 from gpuscale_kubesim.cluster import load as loadmod
@@ -33,7 +33,31 @@ TRACES: dict[str, tuple[loadmod.Profile, float]] = {
 EXTRA_TRACES: dict[str, tuple[loadmod.Profile, float]] = {
     "steady": (loadmod.Profile("steady", ((0.0, 40.0), (15.0, 260.0))), 1020.0),
 }
-METRICS = {"queue": ("requests_waiting", WAITING_TARGET), "util": ("gpu_util", UTIL_TARGET)}
+
+
+class Scaler(NamedTuple):
+    """One GPUScaler per trace: its metric and target, and whether the collector reads the pods'
+    engine /metrics (without, gpuscale sees what dcgm-exporter alone shows: the GPUs)."""
+
+    metric: str
+    target: float
+    engine_signals: bool = True
+
+    @property
+    def label(self) -> str:
+        return f"gpuscale_{self.metric}" + ("" if self.engine_signals else "_gpu_only")
+
+    @property
+    def title(self) -> str:
+        return f"gpuscale {self.metric}" + ("" if self.engine_signals else " (GPU only)")
+
+
+SCALERS = {
+    "queue": Scaler("requests_waiting", WAITING_TARGET),
+    "util": Scaler("gpu_util", UTIL_TARGET),
+    "gpu-only": Scaler("gpu_util", UTIL_TARGET, engine_signals=False),
+}
+DEFAULT_SCALERS = ("queue", "util")
 FIELDS = (
     "time_to_adequate_s",
     "underprovisioned_gpu_s",
@@ -46,9 +70,15 @@ PAID_FIELDS = ("gpu_hours", "waiting_request_s", "wait_p90_s")
 Series = list[tuple[float, float, int]]  # (t, load, requested replicas)
 
 
-def deployment(name: str) -> dict[str, Any]:
+def deployment(name: str, engine_signals: bool = True) -> dict[str, Any]:
+    """A vLLM-like workload; without ``engine_signals`` its pods name no metrics endpoint, so the
+    collector reads only their GPUs (kube-sim still plays their engine, queues and waits)."""
     deploy = sim_scenarios.vllm_deployment(name, NAMESPACE)
     deploy["metadata"]["labels"] = {"app": name}
+    if not engine_signals:
+        notes = deploy["spec"]["template"]["metadata"]["annotations"]
+        for key in ("gpuscale.io/metrics-port", "gpuscale.io/metrics-path"):
+            notes.pop(key, None)
     return deploy
 
 

@@ -10,8 +10,10 @@ queue requests and serve /metrics; one sim collector per node scraping them at
 1 Hz; aggregator, 30 s window; decider; actuator; every service its own
 process). Per trace two Deployments get the trace's load at the same instant:
 one GPUScaler on ``requests_waiting`` (target 4 queued requests per pod), one
-on ``gpu_util`` (target 70). All traces run at once, each pair its own
-workloads, on 4 nodes × 32 GPUs.
+on ``gpu_util`` (target 70). ``--scalers queue,util,gpu-only`` adds a third:
+``gpu_util`` on pods that name no metrics endpoint, so gpuscale sees only their
+GPUs, as a user of dcgm-exporter alone would. All traces run at once, each its
+own workloads, on 4 nodes × 32 GPUs.
 
 **The usual chain**, emulated in virtual time with its published defaults on
 the same trace and the same simulated cluster (kube-sim's cluster player,
@@ -80,7 +82,16 @@ from request_trace import TokenCost, trace_profile
 from scenario_chain import ChainPhases, emulate_chain
 from scenario_pipeline import run_pipeline
 from scenario_report import totals_and_verdicts, trace_table
-from scenario_setup import DEFAULT_SCALE_DOWN_WINDOW_S, EXTRA_TRACES, TRACES, Series, measure, paid
+from scenario_setup import (
+    DEFAULT_SCALE_DOWN_WINDOW_S,
+    DEFAULT_SCALERS,
+    EXTRA_TRACES,
+    SCALERS,
+    TRACES,
+    Series,
+    measure,
+    paid,
+)
 
 from gpuscale.logging import configure
 from gpuscale_cli.demo.report import NEEDED_PER_POD, Provisioning
@@ -99,6 +110,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--duration", type=float, default=None, help="seconds per trace (default: each trace's own)"
+    )
+    parser.add_argument(
+        "--scalers",
+        default=",".join(DEFAULT_SCALERS),
+        help=f"comma-separated: {', '.join(SCALERS)} (gpu-only: gpu_util with no engine signals, "
+        "what dcgm-exporter alone shows)",
     )
     parser.add_argument("--chain-runs", type=int, default=20, help="random phase draws of the emulated chain")
     parser.add_argument(
@@ -177,6 +194,11 @@ def main() -> int:
             parser.error(f"unknown traces {unknown}; choose from {', '.join(known)}")
         traces = {t: (known[t][0], args.duration or known[t][1]) for t in chosen}
 
+    kinds = [k.strip() for k in args.scalers.split(",") if k.strip()]
+    if not kinds or any(k not in SCALERS for k in kinds):
+        parser.error(f"--scalers: choose from {', '.join(SCALERS)}")
+    scalers = {k: SCALERS[k] for k in kinds}
+
     rng = random.Random(args.seed)
     chain: dict[str, list[Provisioning]] = {}
     chain_paid: dict[str, list[dict[str, Any]]] = {}
@@ -197,7 +219,7 @@ def main() -> int:
         print(f"gpuscale pipeline: logs in {work}", file=sys.stderr, flush=True)
         try:
             pipeline, pipeline_paid = asyncio.run(
-                run_pipeline(traces, work, args.log_level, args.scale_down_window, measure_from)
+                run_pipeline(traces, scalers, work, args.log_level, args.scale_down_window, measure_from)
             )
         except asyncio.CancelledError:  # SIGTERM: the pipeline's processes are stopped
             print("stopped (SIGTERM) before the end: nothing measured", file=sys.stderr)
@@ -215,7 +237,7 @@ def main() -> int:
     if source is not None:
         doc["trace_file"] = source
     totals = trace_table(
-        doc, traces, measure_from, chain, chain_paid, pipeline, pipeline_paid, stabilization_s
+        doc, traces, scalers, measure_from, chain, chain_paid, pipeline, pipeline_paid, stabilization_s
     )
     totals_and_verdicts(doc, totals, bool(pipeline))
     if args.json is not None:
