@@ -3,29 +3,17 @@ waits are measured) that the collector does not scrape (it reads the GPUs alone)
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from gpuscale_collector.core.engines import ScrapeTarget, scrape_target
 from gpuscale_kubesim.cluster.inference import endpoint_of
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))  # the bench modules import their siblings by name, as the scripts run
 
-
-def _bench_module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-setup = _bench_module("scenario_setup")
+import scenario_setup as setup  # noqa: E402
 
 
 def pod_metadata(engine_signals: bool) -> dict[str, Any]:
