@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from gpuscale_cli.demo.report import NEEDED_PER_POD, Provisioning, provisioning
 from gpuscale_kubesim.cluster import load as loadmod
 from gpuscale_kubesim.cluster import scenarios as sim_scenarios
-from gpuscale_kubesim.cluster.inference import WaitAccount
+from gpuscale_kubesim.cluster.inference import PATH_ANNOTATIONS, PORT_ANNOTATIONS, WaitAccount
 
 NAMESPACE = "default"
 NODES, GPUS_PER_NODE = 4, 32
@@ -77,7 +77,7 @@ def deployment(name: str, engine_signals: bool = True) -> dict[str, Any]:
     deploy["metadata"]["labels"] = {"app": name}
     if not engine_signals:
         notes = deploy["spec"]["template"]["metadata"]["annotations"]
-        for key in ("gpuscale.io/metrics-port", "gpuscale.io/metrics-path"):
+        for key in (*PORT_ANNOTATIONS, *PATH_ANNOTATIONS):  # what names an endpoint
             notes.pop(key, None)
     return deploy
 
