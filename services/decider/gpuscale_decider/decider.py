@@ -44,6 +44,7 @@ from gpuscale_decider.metrics import (
     STAGE_WINDOW,
     DeciderMetrics,
 )
+from gpuscale_decider.pods import MAX_SELECTOR_CHARS
 from gpuscale_decider.registry import EventSink, NoEvents, NoStatus, Registry, StatusSink, Workload
 from gpuscale_decider.sources import PodSource, Retirement, ScaleSource, StateStore
 from gpuscale_decider.windows import PublishWindow, WindowRequester
@@ -226,6 +227,15 @@ class Decider:
             why = f"reading its scale subresource failed: {e}"
             return Target(error="the target does not exist" if e.status == 404 else why), None
         self._once.forget("scale", str(w.key), "404")
+        if len(scale.selector) > MAX_SELECTOR_CHARS:
+            self.m.scale_read_failures.labels(status="selector_too_long").inc()
+            if self._once.first("selector", str(w.key)):
+                self.log.warning("target_selector_too_long", target=str(w.key), chars=len(scale.selector))
+            return Target(
+                error=f"its selector is {len(scale.selector):,} characters long, over the "
+                f"{MAX_SELECTOR_CHARS:,} gpuscale reads"
+            ), None
+        self._once.forget("selector", str(w.key))
         pods = self.pods.select(w.key.namespace, scale.selector) if scale.selector else None
         return Target(scale.replicas, scale.selector, conflict=w.conflict), pods
 

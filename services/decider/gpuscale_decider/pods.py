@@ -20,6 +20,11 @@ from gpuscale_decider.core.replicas import PodView
 _LOOKED_UP: Final = frozenset({"=", "in"})
 # PodScheduled=False reasons of a pod the scheduler will not place now.
 _UNPLACED: Final = frozenset({"Unschedulable", "SchedulingGated"})
+# A team writes its targets' selectors (a Deployment's may be ~1 MiB, ~7 MiB once parsed):
+# a longer one is not read at all, and those kept parsed are bounded in number and in text.
+MAX_SELECTOR_CHARS: Final = 32 * 1024
+MAX_KEPT_SELECTORS: Final = 10_000
+MAX_KEPT_SELECTOR_CHARS: Final = 2 * 2**20
 
 
 def _unplaced(reason: object) -> bool:
@@ -77,6 +82,7 @@ class PodIndex:
         self._label_change: dict[str, dict[tuple[str, str], int]] = {}
         self._lookups: dict[str, tuple[tuple[str, str], ...]] = {}
         self._selected: dict[tuple[str, str], tuple[tuple[int, ...], tuple[PodView, ...]]] = {}
+        self._kept_chars = 0  # of the selectors kept
         self.log = get_logger(component="pod_watch")
 
     def __len__(self) -> int:
@@ -147,9 +153,17 @@ class PodIndex:
 
     def _selector(self, text: str) -> LabelSelector | None:
         if text not in self._selectors:
-            if len(self._selectors) > 10_000:  # bounded: selectors come from the targets, few and stable
+            # A team re-creating a Deployment with a new selector must not pile up its old ones;
+            # the selections name the texts, so they go too.
+            if (
+                len(self._selectors) >= MAX_KEPT_SELECTORS
+                or self._kept_chars + len(text) > MAX_KEPT_SELECTOR_CHARS
+            ):
                 self._selectors.clear()
                 self._lookups.clear()
+                self._selected.clear()
+                self._kept_chars = 0
+            self._kept_chars += len(text)
             try:
                 parsed = self._selectors[text] = parse_selector(text)
             except SelectorError as e:
