@@ -43,9 +43,11 @@ Text = Annotated[str, Meta(min_length=1)]
 # Kubernetes names (apimachinery's validation): a namespace and a container
 # name are DNS-1123 labels (63), object and node names DNS-1123 subdomains
 # (253); a kind is a CamelCase name, 63 is generous.
+MAX_KIND_CHARS: Final = 63
+MAX_NAME_CHARS: Final = 253
 Namespace = Annotated[str, Meta(min_length=1, max_length=63)]
-ObjectName = Annotated[str, Meta(min_length=1, max_length=253)]
-KindName = Annotated[str, Meta(min_length=1, max_length=63)]
+ObjectName = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_CHARS)]
+KindName = Annotated[str, Meta(min_length=1, max_length=MAX_KIND_CHARS)]
 ContainerName = Annotated[str, Meta(max_length=63)]  # empty: not known
 PodUid = Annotated[str, Meta(max_length=128)]  # empty: not known
 ApiVersion = Annotated[str, Meta(min_length=1, max_length=253)]

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from gpuscale.kube.errors import NotFound
+from gpuscale.kube.errors import BadRequest, NotFound
 from gpuscale.kubewatch import Reflector
+from gpuscale.logging import get_logger
+from gpuscale.quoting import quoted
 from gpuscale.wire import WorkloadRef
 from gpuscale_collector.core.cgroup import container_id_of_status
 from gpuscale_collector.core.engines import MAX_ANNOTATION_CHARS, SCRAPE_ANNOTATIONS
@@ -121,6 +123,17 @@ class NodePods:
             rs = await self._api.get(path)
         except NotFound:
             self._rs_owners[(need.namespace, need.name)] = None
+            return
+        except BadRequest as e:
+            # A pod's ownerReference may name anything: a ReplicaSet the API server will not read
+            # is that pod's own workload; raising here failed the list of every pod on the node.
+            self._rs_owners[(need.namespace, need.name)] = None
+            get_logger(component="node_pods", node=self.node).warning(
+                "replicaset_unreadable",
+                namespace=need.namespace,
+                name=quoted(need.name, 100),
+                error=str(e)[:200],
+            )
             return
         self._rs_owners[(need.namespace, need.name)] = replica_set_workload(_owners(rs.get("metadata") or {}))
 

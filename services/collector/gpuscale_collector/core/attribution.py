@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gpuscale.wire import (
     HEALTH_OK,
+    MAX_OWNERS_PER_GPU,
     UNSET,
     EngineSignals,
     GpuOwner,
@@ -84,7 +85,9 @@ def owners_of(reading: DeviceReading, attribution: Attribution) -> tuple[GpuOwne
     shares, complete = _process_shares(reading, attribution, holders)
     # A holder with no process of its own is idle only if every pod process was placed.
     processes_known = reading.processes is not None and complete
-    order = list(holders) + [ref for ref in shares if ref not in holders]
+    # The device plugin's holders first; past the wire's bound the aggregator would refuse the
+    # GPU entry whole (every team's pod on it), so processes of further containers are left out.
+    order = (list(holders) + [ref for ref in shares if ref not in holders])[:MAX_OWNERS_PER_GPU]
     uid_by_pod = {(p.namespace, p.name): p.uid for p in attribution.pods_by_uid.values()}
     ready_by_pod = {(p.namespace, p.name): p.ready for p in attribution.pods_by_uid.values()}
     owners: list[GpuOwner] = []

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuscale.wire import WorkloadRef
+from gpuscale.wire_limits import MAX_KIND_CHARS, MAX_NAME_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +33,14 @@ class PodInfo:
 
 
 def controller_of(owners: Sequence[OwnerRef]) -> OwnerRef | None:
-    """The managing controller: the ref with controller=true, else the only one."""
-    for ref in owners:
-        if ref.controller:
-            return ref
-    return owners[0] if len(owners) == 1 else None
+    """The managing controller: the ref with controller=true, else the only one. None also
+    when its kind or name is longer than the wire carries (the API server checks them only for
+    being non-empty): the pod is then its own workload, where a GPU entry naming that controller
+    would be refused whole, with every other team's pod sharing the GPU."""
+    ref = next((r for r in owners if r.controller), owners[0] if len(owners) == 1 else None)
+    if ref is None or not (0 < len(ref.kind) <= MAX_KIND_CHARS and 0 < len(ref.name) <= MAX_NAME_CHARS):
+        return None
+    return ref
 
 
 @dataclass(frozen=True, slots=True)
