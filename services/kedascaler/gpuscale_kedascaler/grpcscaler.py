@@ -23,6 +23,8 @@ from .metrics import KedaScalerMetrics
 STREAM_RECHECK_S: Final = 1.0
 # KEDA prefixes the names it got from GetMetricSpec with "s<trigger index>-" in older releases.
 _KEDA_INDEX: Final = re.compile(r"^s\d+-")
+# MetricValue.metricValue is an int64; KEDA reads metricValueFloat, which carries the value whole.
+INT64_MAX: Final = 2**63 - 1
 
 
 class StreamRefused(Exception):
@@ -171,7 +173,8 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         self.service.m.requests.labels(api="grpc", method="GetMetrics", outcome="ok").inc()
         value = pb.MetricValue(
             metricName=request.metricName or query.metric_name,
-            metricValue=round(reading.value),
+            # A tenant's engine page sets how large (up to 1e30): past int64, pb raised ValueError.
+            metricValue=min(round(reading.value), INT64_MAX),
             metricValueFloat=reading.value,
         )
         return pb.GetMetricsResponse(metricValues=[value])
