@@ -3,9 +3,9 @@
 rings) and ``WindowStore._message_python`` (a workload's message), over the same packed buffers,
 byte for byte the same writes and values.
 
-Only while no pod has or wants a ring of its own (every ring in the shared buffers); the Python
-methods do the rest. A record is ``<6f6B`` (RECORD), the totals 12 doubles per pod: this module
-reads and writes them in place, and calls back into Python for what is rare (a new pod or
+For the pods whose ring is in the shared buffers; a pod that has or wants a ring of its own
+(its workload's policy asked for a longer window) is handed to the Python loop, alone. A record
+is ``<6f6B`` (RECORD), the totals 12 doubles per pod: this module reads and writes them in place, and calls back into Python for what is rare (a new pod or
 engine, an eviction out of order, a late sample, engine records and means, recent means, a pod
 leaving). Pure: the times are parameters.
 """
@@ -64,6 +64,7 @@ cdef struct Buffers:
     double* intervals
     long long* engine_ids
     char* unheard
+    long long* lengths
 
 
 cdef inline void _point(Buffers* b, object windows) except *:
@@ -77,10 +78,12 @@ cdef inline void _point(Buffers* b, object windows) except *:
     b.intervals = (<array>windows._interval).data.as_doubles
     b.engine_ids = (<array>windows._engine).data.as_longlongs
     b.unheard = PyByteArray_AS_STRING(windows._unheard)
+    b.lengths = (<array>windows._len).data.as_longlongs
 
 
 def add_batch(object windows, object batch, double ts):
-    """``windows.add_batch(batch, ts)`` where every ring is in the shared buffers."""
+    """``windows.add_batch(batch, ts)``; the pods that have or want a ring of their own go
+    through ``windows._add_owner_python``, in their turn."""
     cdef long long bucket = <long long>(ts * <double>windows._inv_bucket)
     cdef double interval_s = batch.interval_s
     cdef long long slots = windows.slots
@@ -102,6 +105,8 @@ def add_batch(object windows, object batch, double ts):
     cdef char* old
     cdef int i
     cdef double* tot
+    cdef dict ring_slots = windows._ring_slots
+    cdef bint reshaping = bool(ring_slots) or bool(windows._long)
     for g in batch.gpus:
         util_obj = g.util
         owners = g.owners
@@ -138,6 +143,10 @@ def add_batch(object windows, object batch, double ts):
             engine = o.engine
             if not engine:
                 engine = pod_engines.get(o.pod_uid) if pod_engines else None
+            if reshaping and (b.lengths[pid] != slots or workload in ring_slots):
+                windows._add_owner_python(batch, g, o, engine, ts)
+                _point(&b, windows)
+                continue
             eid = b.engine_ids[pid]
             if engine and eid == -1:
                 eid = windows._new_engine(pid)
@@ -329,7 +338,7 @@ def message(
     object recent_s,
     double wall_offset_s,
 ):
-    """``windows._message_python(...)`` where every ring is in the shared buffers."""
+    """``windows._message_python(...)`` where the workload's pods' rings are in the shared buffers."""
     cdef double stale_after = windows.config.stale_intervals
     cdef long long slots = windows.slots
     cdef double inv = windows._inv_bucket

@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Final
+from typing import Any, Final
 
-from gpuscale.wire import HEALTH_OK, SampleBatch
+from msgspec.structs import replace
+
+from gpuscale.wire import HEALTH_OK, UNSET, GpuOwner, GpuSample, SampleBatch
 
 from .records import COUNT_MAX, EMPTY, HUGE, NO_ENGINE, RECORD, TOTALS_RECORD
 from .rings import AWAITED, Rings
@@ -169,10 +171,21 @@ class PodWindows(Rings):
     def add_batch(self, batch: SampleBatch, at: float | None = None) -> None:
         """Add one validated batch at ``at`` (this process's clock; None: the batch's own time)."""
         ts = batch.ts if at is None else at
-        if _compiled is not None and not (self._ring_slots or self._long):
+        if _compiled is not None:  # it hands the pods with (or wanting) rings of their own back
             _compiled.add_batch(self, batch, ts)
         else:
             self._add_batch_python(batch, ts)
+
+    def _add_owner_python(
+        self, batch: SampleBatch, g: GpuSample, o: GpuOwner, engine: Any, ts: float
+    ) -> None:
+        """One owner of ``batch`` through the Python loop, its pod already heard (the compiled
+        loop's hand-back for a pod whose ring is, or is to be, its own): a workload that asks for
+        a longer window pays the Python loop for its own pods alone."""
+        if o.engine is not engine:
+            o = replace(o, engine=engine)
+        one = replace(batch, gpus=(replace(g, owners=(o,)),), engines=UNSET)
+        self._add_batch_python(one, ts)
 
     def _add_batch_python(self, batch: SampleBatch, ts: float) -> None:
         """The hot path, kept flat (one record write per GPU owner); ``_loops.pyx`` is its

@@ -190,8 +190,10 @@ class WindowStore(PodWindows):
         recent_s: float | None,
         wall_offset_s: float,
     ) -> WorkloadMetrics | None:
-        """See :meth:`_message_python`; compiled where every ring is in the shared buffers."""
-        if _compiled is not None and not self._long:
+        """See :meth:`_message_python`; compiled where the workload's pods' rings are in the
+        shared buffers (another workload's longer window costs this one nothing)."""
+        own = self._long
+        if _compiled is not None and (not own or own.keys().isdisjoint(members.values())):
             message: WorkloadMetrics | None = _compiled.message(
                 self, workload, members, now, cutoff, after, since, window_s, recent_s, wall_offset_s
             )
