@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import json
 import random
+import time
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 WATCH_TIMEOUT_S: Final = 300
 LIST_PAGE: Final = 500
 MAX_EVENT_BYTES: Final = 16 * 2**20  # one watch event (one object): far above any object etcd keeps
+# A watch that ends sooner with no event in it failed (client-go's "very short watch"): a server or
+# proxy that ends every watch at once would otherwise be asked again at once, as fast as it answers.
+MIN_WATCH_S: Final = 1.0
+SHORT_WATCH: Final = "ShortWatch"
 
 Obj = Mapping[str, Any]
 
@@ -145,26 +150,41 @@ class Reflector:
         self.on_event = on_event
         self.synced = asyncio.Event()
         self.log = get_logger(component="watch", what=what)
+        self._events = 0  # in the current watch (a bookmark too)
 
     async def run(self, stop: asyncio.Event) -> None:
-        attempt = 0
+        # Failures in a row, until a watch works (an event came, or it lasted MIN_WATCH_S): a list
+        # that works is not enough, or a watch failing after every list (410 Gone each time, or
+        # ended at once) would relist at the backoff's first step forever.
+        failures = 0
         while not stop.is_set():
+            watching_since: float | None = None
             try:
                 rv = await self._list()
-                attempt = 0
                 while not stop.is_set():
+                    watching_since, self._events = time.monotonic(), 0
                     rv = await self._watch(rv, stop)
+                    if not self._worked(watching_since) and not stop.is_set():
+                        raise ServerError(200, "the watch ended at once with no event", reason=SHORT_WATCH)
+                    failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - API away, 410 Gone, a bad answer: relist after a backoff
-                attempt += 1
+                if watching_since is not None and self._worked(watching_since):
+                    failures = 0  # it broke after working: a first failure
+                failures += 1
                 error = f"{type(e).__name__}: {e}"[:300]
-                if isinstance(e, Gone) and attempt == 1:
+                if isinstance(e, Gone) and failures == 1:
                     self.log.info("watch_expired_relisting", error=error)  # the server compacted: routine
-                elif attempt == 1 or attempt % 10 == 0:
-                    self.log.warning("watch_failed", attempt=attempt, error=error)
-                delay = max(0.2, backoff_delay(attempt, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
+                elif getattr(e, "reason", "") == SHORT_WATCH and failures == 1:
+                    self.log.info("watch_ended_at_once_relisting", error=error)  # a server restarting
+                elif failures == 1 or failures % 10 == 0:
+                    self.log.warning("watch_failed", attempt=failures, error=error)
+                delay = max(0.2, backoff_delay(failures, 0.5, 10.0, random.random()))  # noqa: S311 - jitter
                 await sleep_unless_stopped(stop, delay)
+
+    def _worked(self, watching_since: float) -> bool:
+        return self._events > 0 or time.monotonic() - watching_since >= MIN_WATCH_S
 
     async def _list(self) -> str:
         """List and hand the items to ``on_list``; the resourceVersion to watch from."""
@@ -197,6 +217,7 @@ class Reflector:
                     event = nxt.result()
                 except StopAsyncIteration:
                     return rv
+                self._events += 1
                 kind, obj = event.get("type"), event.get("object")
                 if not isinstance(obj, Mapping):
                     continue
