@@ -32,6 +32,9 @@ TOKEN_ALGORITHMS: Final = frozenset(
     {"RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512"}
 )
 _BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]+")
+# The last second of year 9999 (as Go's time formats it): no Kubernetes token expires later. JSON
+# as Python reads it also holds Infinity, NaN and numbers past float's range, none of them a time.
+MAX_EXP: Final = 253_402_300_799
 
 # Every reason a connection is refused for: the values of a metrics label, bounded.
 TOKEN_MISSING: Final = "token_missing"  # noqa: S105 - a refusal reason, not a secret
@@ -171,6 +174,17 @@ def _json_part(part: str) -> Any:
         return None
 
 
+def _exp(claims: Mapping[str, Any]) -> int | None:
+    """The claims' ``exp`` as whole seconds, or None when it is no time (missing, not a
+    number, NaN, infinite, not after 1970, past :data:`MAX_EXP`)."""
+    exp = claims.get("exp")
+    if isinstance(exp, bool) or not isinstance(exp, int | float):
+        return None
+    if not 0 < exp <= MAX_EXP:  # NaN and both infinities too
+        return None
+    return int(exp)
+
+
 def _malformed(detail: str) -> Refusal:
     return Refusal(TOKEN_MALFORMED, detail)
 
@@ -192,11 +206,11 @@ def check_shape(token: str, policy: Policy, now: int) -> Refusal | None:
         return _malformed(f"alg {str(alg)[:20]!r} is not a ServiceAccount key's")
     if not isinstance(kid, str) or not kid:
         return _malformed("the JWT names no signing key (kid)")
-    exp = claims.get("exp")
-    if not isinstance(exp, int | float) or isinstance(exp, bool):
-        return _malformed("the JWT has no exp")
+    exp = _exp(claims)
+    if exp is None:
+        return _malformed("the JWT has no exp, or one that is no time")
     if exp <= now:
-        return Refusal(TOKEN_EXPIRED, f"the token's exp {int(exp)} is past (now {now})")
+        return Refusal(TOKEN_EXPIRED, f"the token's exp {exp} is past (now {now})")
     sub, aud = claims.get("sub"), claims.get("aud")
     if not isinstance(sub, str):
         return _malformed("the JWT has no sub")
@@ -273,8 +287,7 @@ def token_expiry(token: str) -> int | None:
         claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         return None
-    exp = claims.get("exp") if isinstance(claims, dict) else None
-    return int(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) and exp > 0 else None
+    return _exp(claims) if isinstance(claims, dict) else None
 
 
 def permissions(node: str) -> Permissions:
