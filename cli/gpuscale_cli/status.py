@@ -138,7 +138,7 @@ def render_clocks(aggregators: dict[str, float], nodes: dict[str, float]) -> str
     def line(kind: str, name: str, offset: float) -> str:
         off = offset - median
         mark = f"   more than {OFFSET_WARN_S:g} s off" if abs(off) > OFFSET_WARN_S else ""
-        return f"{kind:<11}{name:<40}{off:+8.2f} s{mark}"
+        return f"{kind:<11}{shown(name):<40}{off:+8.2f} s{mark}"  # a subject or a source: any text
 
     lines += [line("aggregator", name, aggregators[name]) for name in sorted(aggregators)]
     off_nodes = sorted(n for n, v in nodes.items() if abs(v - median) > OFFSET_WARN_S)
