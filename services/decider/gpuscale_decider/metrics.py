@@ -146,7 +146,11 @@ class DeciderMetrics:
     ) -> None:
         series = self._series.get(key)
         if series is None or series.targets != targets or series.bounds != bounds:
-            series = self._series[key] = _WorkloadSeries(self, key, targets, bounds)
+            old, series = series, _WorkloadSeries(self, key, targets, bounds)
+            if old is not None:  # a metric the policy no longer has keeps no series: edits pile none up
+                series.values = {m: child for m, child in old.values.items() if m in targets}
+                self._remove_metrics(old.labels, [m for m in (*old.targets, *old.values) if m not in targets])
+            self._series[key] = series
         if series.counts != (current, desired):  # a gauge's set takes a lock: only on a change
             series.counts = (current, desired)
             series.current.set(current)
@@ -195,14 +199,19 @@ class DeciderMetrics:
                     self.condition.remove(*key, type_, status, reason)
 
     def forget(self, key: WorkloadKey, metrics: Iterable[str]) -> None:
-        self._series.pop(key, None)
+        series = self._series.pop(key, None)
         values = (key.namespace, key.kind, key.name)
+        if series is not None:  # the series made under an earlier spec too
+            metrics = {*metrics, *series.targets, *series.values}
         for gauge in (self.replicas_current, self.replicas_desired, self.replicas_min, self.replicas_max):
             with contextlib.suppress(KeyError):
                 gauge.remove(*values)
         for direction in ("up", "down"):  # else every target a GPUScaler ever named keeps a series
             with contextlib.suppress(KeyError):
                 self.workload_decisions.remove(*values, direction)
+        self._remove_metrics(values, metrics)
+
+    def _remove_metrics(self, values: tuple[str, str, str], metrics: Iterable[str]) -> None:
         for metric in metrics:
             for gauge in (self.metric_value, self.metric_target):
                 with contextlib.suppress(KeyError):

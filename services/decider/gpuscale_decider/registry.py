@@ -93,6 +93,9 @@ class Registry:
         self.invalid: dict[tuple[str, str], InvalidPolicy] = {}
         self.reported: dict[tuple[str, str], dict[str, Any]] = {}  # statuses of the ones not acted on
         self.duplicates: dict[tuple[str, str], GPUScaler] = {}
+        # The duplicates by the target they wait for, oldest first: a deletion looks up its own target's
+        # rather than walking every duplicate of the cluster.
+        self._waiting: dict[WorkloadKey, dict[tuple[str, str], None]] = {}
         self.conflicts: dict[WorkloadKey, str] = {}
         # Workloads no GPUScaler targets any more, and their targets: the leader's tick removes their entries.
         self.retired: dict[WorkloadKey, ScaleTargetRef] = {}
@@ -126,7 +129,7 @@ class Registry:
             self.remove_policy(*name)
         owner = self.workloads.get(key)
         if owner is not None and (owner.scaler.namespace, owner.scaler.name) != name:
-            self.duplicates[name] = scaler
+            self._add_duplicate(name, scaler)
             if self._once.first("duplicate", *name):
                 self.log.warning("policy_duplicate_target", gpuscaler=scaler.key, owner=owner.scaler.key)
             target = scaler.spec.scale_target_ref.reference()
@@ -137,7 +140,7 @@ class Registry:
             )
             self._report(name, scaler.uid, blocked, status)
             return
-        self.duplicates.pop(name, None)
+        self._drop_duplicate(name)
         if owner is not None:
             owner.scaler, owner.ref = scaler, scale_ref(scaler)
             if status is not None:  # our own writes come back through the watch
@@ -182,22 +185,39 @@ class Registry:
         self.m.forget_conditions(namespace, name)
         self.invalid.pop(key_name, None)
         self.reported.pop(key_name, None)
-        self.duplicates.pop(key_name, None)
+        self._drop_duplicate(key_name)
         key = self.by_name.pop(key_name, None)
         if key is not None:
             removed = self.workloads.pop(key, None)
             if removed is not None:
                 self.m.forget(key, [m.name for m in removed.scaler.spec.metrics])
             self.log.info("policy_removed", gpuscaler=f"{namespace}/{name}", target=str(key))
-            # A duplicate waiting for this workload may take it now.
-            for dup_name, dup in list(self.duplicates.items()):
-                if target_key(dup) == key:
-                    self.duplicates.pop(dup_name)
-                    self.upsert_policy(dup)
-                    break
+            # A duplicate waiting for this workload may take it now (the oldest).
+            waiting = self._waiting.get(key)
+            if waiting:
+                dup = self.duplicates[next(iter(waiting))]
+                self.upsert_policy(dup)
             if removed is not None and key not in self.workloads:
                 self.retired[key] = removed.ref
         self._count()
+
+    def _add_duplicate(self, name: tuple[str, str], scaler: GPUScaler) -> None:
+        key, known = target_key(scaler), self.duplicates.get(name)
+        if known is not None and target_key(known) != key:
+            self._drop_duplicate(name)  # it waited for another target
+        self.duplicates[name] = scaler  # an edit keeps its place in the queue, as before
+        self._waiting.setdefault(key, {})[name] = None
+
+    def _drop_duplicate(self, name: tuple[str, str]) -> None:
+        dup = self.duplicates.pop(name, None)
+        if dup is None:
+            return
+        key = target_key(dup)
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            waiting.pop(name, None)
+            if not waiting:
+                del self._waiting[key]
 
     def set_conflicts(self, conflicts: Mapping[WorkloadKey, str]) -> None:
         """Other controllers (HPA, KEDA) on our targets: key -> who."""
