@@ -29,6 +29,9 @@ _DECISION_IDS: Final = uuid.UUID("6f1c1a52-8f0e-4a53-9d55-1c6b1c0de1a5")
 # Actions that mean the change was made, and those that mean it could not be.
 _APPLIED_OUTCOMES: Final = frozenset({"applied", "conflict_retried"})
 _FAILED_OUTCOMES: Final = frozenset({"failed", "refused"})
+# The newest recommendations a decision or advice carries (the state keeps the window's, up to
+# ~3,600): each goes to a stream every team shares, up to once a second per workload in Shadow.
+CARRIED_RECOMMENDATIONS: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +166,8 @@ def plan(
         "proposals": {p.name: p.replicas for p in evaluation.proposals},
         "recommendation": evaluation.recommendation,
         "stabilized": evaluation.stabilized,
-        "recommendations": [[r.ts, r.value] for r in state.recommendations],
+        "recommendations": [[r.ts, r.value] for r in state.recommendations[-CARRIED_RECOMMENDATIONS:]],
+        "recommendations_kept": len(state.recommendations),
         "fallback": evaluation.fallback,
         "conditions": {c.type.value: c.reason.value for c in evaluation.conditions},
     }
