@@ -124,3 +124,21 @@ async def test_a_long_reason_with_multiplication_signs_is_recorded(api: ApiClien
     event = await record_event(api, ref, "GPUScaled", reason, now=1_700_000_000.0)
     assert len(event["note"].encode()) <= 1024
     assert event["note"].startswith("desired = ceil(2 × 91/70) = 3;")
+
+
+# --- Event names -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [236, 245, 251, 252, 253])
+async def test_events_on_a_long_named_object_are_valid_and_distinct(
+    api: ApiClient, kube_sim: KubeSim, length: int
+) -> None:
+    """events.k8s.io/v1 names are DNS-1123 subdomains (ValidateEventCreate's strict
+    ValidateObjectMeta): a 252-character target must not leave ``<name>.`` and a long one
+    must keep the timestamp suffix, or the second Event is 409 AlreadyExists."""
+    ref = ScaleTargetRef("apps/v1", "Deployment", "a" * length, "default")
+    first = await record_event(api, ref, "GPUScaled", "one", uid="u1", now=1_700_000_000.0)
+    second = await record_event(api, ref, "GPUScaled", "two", uid="u1", now=1_700_000_001.0)
+    names = {first["metadata"]["name"], second["metadata"]["name"]}
+    assert len(names) == 2
+    assert all(len(n) <= 253 for n in names)

@@ -34,8 +34,12 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
 
 
 def _event_name(target_name: str, now: float) -> str:
-    # client-go's scheme: <object>.<hex nanoseconds>, unique per emitter and moment.
-    return f"{target_name}.{int(now * 1e9):x}"[:253]
+    # client-go's scheme: <object>.<hex nanoseconds>, unique per emitter and moment. The name
+    # must stay a DNS-1123 subdomain of at most 253 characters (events.k8s.io/v1 validates it):
+    # a long object name is shortened, never the suffix that makes the name unique, and the cut
+    # must not end in '.' or '-'.
+    suffix = f".{int(now * 1e9):x}"
+    return target_name[: 253 - len(suffix)].rstrip(".-") + suffix
 
 
 async def record_event(
