@@ -15,6 +15,7 @@ from gpuscale_decider.core.status import (
     status_differs,
     targets_column,
 )
+from gpuscale_kubesim.apiserver.patch import merge_patch
 
 from .scenario import SELECTOR, running, world
 
@@ -81,6 +82,10 @@ def test_stale_metrics_show_unknown_targets() -> None:
     status = evaluation_status(s.spec, 1, result, None, None, NOW)
     assert status["targets"] == "<unknown>/70"
     assert "lastScaleTime" not in status
+    # No null: the API server's merge patch drops one inside a list, and what a new leader reads
+    # back would then differ from what it builds, and be written again.
+    assert status["currentMetrics"] == [{"name": "gpu_util", "target": 70.0}]
+    assert not status_differs(merge_patch({}, status), status)
 
 
 def test_transition_time_kept_while_the_condition_holds() -> None:

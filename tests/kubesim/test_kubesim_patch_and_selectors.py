@@ -34,6 +34,14 @@ PATCH_CASES = [
     ),
     PatchCase("merge null deletes", MERGE_PATCH, {"a": 1, "b": 2}, {"b": None}, {"a": 1}),
     PatchCase(
+        # evanphx/json-patch (the API server's MergePatch) prunes null members of objects in a list it sets
+        "merge drops null members inside a list's objects",
+        MERGE_PATCH,
+        {"status": {"m": [{"name": "a", "current": 1}]}},
+        {"status": {"m": [{"name": "a", "current": None}], "n": [{"x": None, "y": 1}]}},
+        {"status": {"m": [{"name": "a"}], "n": [{"y": 1}]}},
+    ),
+    PatchCase(
         "merge replaces lists",
         MERGE_PATCH,
         CONTAINERS,

@@ -39,9 +39,10 @@ MERGE_KEYS: dict[str, str] = {
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386."""
+    """RFC 7386, as the API server's evanphx/json-patch applies it: a value set whole (a
+    list, or an object where there was none) loses its null members, in lists too."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return _prune_nulls(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -49,6 +50,15 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = merge_patch(result.get(key), value)
     return result
+
+
+def _prune_nulls(value: Any) -> Any:
+    # evanphx/json-patch pruneNulls: null members of objects go; a list keeps its null items.
+    if isinstance(value, dict):
+        return {k: _prune_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_prune_nulls(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def strategic_merge_patch(target: Any, patch: Any) -> Any:

@@ -68,12 +68,11 @@ def evaluation_status(
     now: float,
 ) -> dict[str, Any]:
     fresh_averages = evaluation.usage if evaluation.fresh else None
+    # No key while no fresh value: the API server's merge patch drops a null inside a list, so a
+    # null here would read back as a difference and be written again.
     current_metrics = [
-        {
-            "name": m.name,
-            "target": m.target,
-            "current": None if fresh_averages is None else fresh_averages.get(m.name),
-        }
+        {"name": m.name, "target": m.target}
+        | ({} if (value := (fresh_averages or {}).get(m.name)) is None else {"current": value})
         for m in spec.metrics
     ]
     status: dict[str, Any] = {
