@@ -153,6 +153,23 @@ async def test_wrong_types_are_400_from_the_decoder(kube_sim: KubeSim) -> None:
     )
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+async def test_nan_and_infinity_are_no_json_to_the_decoder(kube_sim: KubeSim, constant: str) -> None:
+    """Go's decoder refuses them; Python's reader takes them as numbers."""
+    body = json.dumps(gpu_workload("bert")).replace('"replicas": 1', f'"replicas": {constant}', 1)
+    assert constant in body
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            kube_sim.url + f"/apis/apps/v1/namespaces/{NS}/deployments",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        ) as response,
+    ):
+        answer = await response.json()
+    assert (response.status, answer["reason"]) == (400, "BadRequest")
+
+
 async def test_unknown_fields_of_built_in_kinds(kube_sim: KubeSim) -> None:
     body = gpu_workload("bert")
     body["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1

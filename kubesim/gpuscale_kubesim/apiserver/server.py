@@ -665,7 +665,16 @@ def _parse(request: web.Request, raw: bytes, media: str) -> Any:
             return yaml.safe_load(raw)
         except yaml.YAMLError as e:
             raise bad_request(f"the request body is not valid YAML: {e}") from None
-    return json.loads(raw)
+    return _decode_json(raw)
+
+
+def _decode_json(raw: bytes) -> Any:
+    """JSON as Go's decoder reads it: NaN and Infinity are no JSON numbers (Python's reader takes them)."""
+
+    def refuse(constant: str) -> Any:
+        raise bad_request(f"the request body is not valid JSON: invalid character in {constant!r}")
+
+    return json.loads(raw, parse_constant=refuse)
 
 
 def _body(request: web.Request, raw: bytes) -> Any:
@@ -694,5 +703,5 @@ def _patch_body(request: web.Request, raw: bytes) -> Any:
 def _optional_body(raw: bytes) -> Obj:
     if not raw:
         return {}
-    body = json.loads(raw)
+    body = _decode_json(raw)
     return body if isinstance(body, dict) else {}
