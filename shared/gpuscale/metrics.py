@@ -70,6 +70,14 @@ class ServiceMetrics:
             ["kind", "field"],
             registry=self.registry,
         )
+        self.http_refused = Counter(
+            "gpuscale_http_refused_total",
+            "Connections and requests the /metrics, /healthz, /readyz server refused, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in ("too_many_connections", "bad_request", "handler_error"):
+            self.http_refused.labels(reason=reason)
         self.info = Gauge("gpuscale_service_info", "Always 1", ["service"], registry=self.registry)
         self.info.labels(service=service).set(1)
         self.registry.register(_ApiWarningsCollector())
