@@ -14,14 +14,16 @@ import asyncio
 import gc
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuscale.kube import ScaleState, ScaleTargetRef, new_api_client
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.wire import Decision
+from gpuscale_decider import pods as pods_module
 from gpuscale_decider.decider import Decider
-from gpuscale_decider.pods import MAX_SELECTOR_CHARS, PodCache
+from gpuscale_decider.pods import MAX_SELECTOR_CHARS, PodCache, PodIndex
 from gpuscale_decider.sources import KubeScaleSource, MemoryStateStore
 from gpuscale_kubesim import KubeSim
 
@@ -89,7 +91,8 @@ async def test_a_selector_too_long_to_read_is_said_on_its_gpuscaler_and_costs_no
     assert sample_value(decider.metrics.registry, failures, status="selector_too_long") == 1.0
     alpha = {c["type"]: c for c in status.last("alpha")["conditions"]}["AbleToScale"]
     assert alpha["status"] == "True"
-    assert decider.pods.index._selectors == {"app=alpha": decider.pods.index._selectors["app=alpha"]}
+    index = decider.pods.index
+    assert (list(index._short.parsed), list(index._long.parsed)) == (["app=alpha"], [])  # not read: not kept
 
 
 async def test_a_team_recreating_its_deployment_with_fat_selectors_keeps_the_decider_bounded() -> None:
@@ -143,3 +146,32 @@ async def test_kube_sim_serves_such_a_deployment_and_its_fat_selector(kube_sim: 
         await api.close()
     assert len(scale.selector) > 300_000
     assert dict(item.split("=") for item in scale.selector.split(",")) == labels
+
+
+def test_a_team_s_many_long_selectors_clear_only_their_own() -> None:
+    """Long selectors have a text budget of their own: a team whose live ones overflow it
+    (100 of ~30 KB, every pass) makes only theirs be parsed again, never another team's."""
+    index = PodIndex()
+    others = [f"app=w{i},tier=serving" for i in range(2_000)]
+    long_ones = [fat_selector(i, READ_LABELS) for i in range(100)]
+    parsed: list[str] = []
+    real_parse = pods_module.parse_selector
+
+    def counting(text: str) -> Any:
+        parsed.append(text)
+        return real_parse(text)
+
+    for text in [*others, *long_ones]:  # the first pass parses each once
+        index.select("team-a" if text in others else "team-b", text)
+    pods_module.parse_selector = counting
+    try:
+        for _ in range(3):
+            for i, text in enumerate(long_ones):
+                index.select("team-b", text)
+                index.select("team-a", others[i * 20])
+            for text in others:
+                index.select("team-a", text)
+    finally:
+        pods_module.parse_selector = real_parse
+    assert not [text for text in parsed if text in set(others)]
+    assert parsed  # the long ones did overflow their budget, and only they were parsed again

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient
@@ -21,10 +21,13 @@ _LOOKED_UP: Final = frozenset({"=", "in"})
 # PodScheduled=False reasons of a pod the scheduler will not place now.
 _UNPLACED: Final = frozenset({"Unschedulable", "SchedulingGated"})
 # A team writes its targets' selectors (a Deployment's may be ~1 MiB, ~7 MiB once parsed):
-# a longer one is not read at all, and those kept parsed are bounded in number and in text.
+# a longer one is not read at all. Those kept parsed are bounded in number and in text, the
+# long ones apart, so a team whose long selectors overflow their budget clears only theirs.
 MAX_SELECTOR_CHARS: Final = 32 * 1024
+LONG_SELECTOR_CHARS: Final = 1024  # a selector of a few labels is tens of characters
 MAX_KEPT_SELECTORS: Final = 10_000
-MAX_KEPT_SELECTOR_CHARS: Final = 2 * 2**20
+MAX_KEPT_SELECTOR_CHARS: Final = 2 * 2**20  # of the long ones
+MAX_KEPT_SELECTIONS: Final = 100_000  # one per target, few and stable
 
 
 def _unplaced(reason: object) -> bool:
@@ -68,21 +71,39 @@ def pod_of(obj: Mapping[str, Any]) -> tuple[str, str, _Pod] | None:
     return namespace, name, _Pod({str(k): str(v) for k, v in labels.items()}, view)
 
 
+@dataclass
+class _Kept:
+    """Selectors kept parsed, with their lookups and their selections, within a budget: past
+    it all go (the selections name the texts), and are made again as they are asked for."""
+
+    max_chars: int
+    parsed: dict[str, LabelSelector | None] = field(default_factory=dict)
+    lookups: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # Kept with their version: the last change per looked-up (label, value) (or per namespace
+    # without one); equal versions, equal answers.
+    selected: dict[tuple[str, str], tuple[tuple[int, ...], tuple[PodView, ...]]] = field(default_factory=dict)
+    chars: int = 0
+
+    def make_room(self, text: str) -> None:
+        if len(self.parsed) >= MAX_KEPT_SELECTORS or self.chars + len(text) > self.max_chars:
+            self.parsed.clear()
+            self.lookups.clear()
+            self.selected.clear()
+            self.chars = 0
+        self.chars += len(text)
+
+
 class PodIndex:
     """Pods by namespace, with a (label, value) -> names index per namespace."""
 
     def __init__(self) -> None:
         self._pods: dict[str, dict[str, _Pod]] = {}
         self._by_label: dict[str, dict[tuple[str, str], set[str]]] = {}
-        self._selectors: dict[str, LabelSelector | None] = {}
-        # Selections are kept with their version: the last change per looked-up (label, value)
-        # (or per namespace without one); equal versions, equal answers.
         self._change = 0
         self._namespace_change: dict[str, int] = {}
         self._label_change: dict[str, dict[tuple[str, str], int]] = {}
-        self._lookups: dict[str, tuple[tuple[str, str], ...]] = {}
-        self._selected: dict[tuple[str, str], tuple[tuple[int, ...], tuple[PodView, ...]]] = {}
-        self._kept_chars = 0  # of the selectors kept
+        self._short = _Kept(max_chars=MAX_KEPT_SELECTORS * LONG_SELECTOR_CHARS)
+        self._long = _Kept(max_chars=MAX_KEPT_SELECTOR_CHARS)
         self.log = get_logger(component="pod_watch")
 
     def __len__(self) -> int:
@@ -112,23 +133,24 @@ class PodIndex:
                 changed[label] = change
 
     def select(self, namespace: str, selector: str) -> tuple[PodView, ...] | None:
-        parsed = self._selector(selector)
+        kept = self._long if len(selector) > LONG_SELECTOR_CHARS else self._short
+        parsed = self._selector(kept, selector)
         if parsed is None:
             return None
-        lookups = self._lookups[selector]
+        lookups = kept.lookups[selector]
         if lookups:
             changed = self._label_change.get(namespace, {})
             version = tuple(changed.get(label, 0) for label in lookups)
         else:
             version = (self._namespace_change.get(namespace, 0),)
         key = (namespace, selector)
-        made = self._selected.get(key)
+        made = kept.selected.get(key)
         if made is not None and made[0] == version:
             return made[1]
         selected = self._select(namespace, parsed)
-        if len(self._selected) > 100_000:  # bounded: one per target, few and stable
-            self._selected.clear()
-        self._selected[key] = (version, selected)
+        if len(kept.selected) >= MAX_KEPT_SELECTIONS:
+            kept.selected.clear()
+        kept.selected[key] = (version, selected)
         return selected
 
     def _select(self, namespace: str, parsed: LabelSelector) -> tuple[PodView, ...]:
@@ -151,29 +173,19 @@ class PodIndex:
         chosen = (pods[n] for n in sorted(candidates))
         return tuple(p.view for p in chosen if all(r.holds(p.labels) for r in rest))
 
-    def _selector(self, text: str) -> LabelSelector | None:
-        if text not in self._selectors:
-            # A team re-creating a Deployment with a new selector must not pile up its old ones;
-            # the selections name the texts, so they go too.
-            if (
-                len(self._selectors) >= MAX_KEPT_SELECTORS
-                or self._kept_chars + len(text) > MAX_KEPT_SELECTOR_CHARS
-            ):
-                self._selectors.clear()
-                self._lookups.clear()
-                self._selected.clear()
-                self._kept_chars = 0
-            self._kept_chars += len(text)
+    def _selector(self, kept: _Kept, text: str) -> LabelSelector | None:
+        if text not in kept.parsed:
+            kept.make_room(text)  # a team re-creating a Deployment with a new selector piles up none
             try:
-                parsed = self._selectors[text] = parse_selector(text)
+                parsed = kept.parsed[text] = parse_selector(text)
             except SelectorError as e:
-                self._selectors[text] = None
+                kept.parsed[text] = None
                 self.log.warning("target_selector_unparsable", selector=text[:200], error=str(e))
             else:
-                self._lookups[text] = tuple(
+                kept.lookups[text] = tuple(
                     (r.key, value) for r in parsed.requirements if r.op in _LOOKED_UP for value in r.values
                 )
-        return self._selectors[text]
+        return kept.parsed[text]
 
 
 class PodCache:
