@@ -153,9 +153,10 @@ class Reflector:
         self._events = 0  # in the current watch (a bookmark too)
 
     async def run(self, stop: asyncio.Event) -> None:
-        # Failures in a row, until a watch works (an event came, or it lasted MIN_WATCH_S): a list
-        # that works is not enough, or a watch failing after every list (410 Gone each time, or
-        # ended at once) would relist at the backoff's first step forever.
+        # Failures in a row, until a watch works (an event came, or it ended after MIN_WATCH_S; one
+        # that raised worked only if an event came: a refusal may take seconds): a list that works
+        # is not enough, or a watch failing after every list (410 Gone each time, ended at once,
+        # 429 from an overloaded server) would relist at the backoff's first step forever.
         failures = 0
         while not stop.is_set():
             watching_since: float | None = None
@@ -170,8 +171,8 @@ class Reflector:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - API away, 410 Gone, a bad answer: relist after a backoff
-                if watching_since is not None and self._worked(watching_since):
-                    failures = 0  # it broke after working: a first failure
+                if watching_since is not None and self._events:
+                    failures = 0  # it broke after working (an event came): a first failure
                 failures += 1
                 error = f"{type(e).__name__}: {e}"[:300]
                 if isinstance(e, Gone) and failures == 1:

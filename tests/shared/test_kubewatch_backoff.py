@@ -26,6 +26,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gpuscale import kubewatch
+from gpuscale.kube.errors import ServerError
 from gpuscale.kubewatch import Reflector, read_events
 
 LISTS_SEEN = 8
@@ -120,3 +121,39 @@ async def test_a_watch_that_worked_and_then_broke_is_a_first_failure_each_time(
     assert api.lists >= LISTS_SEEN
     assert len(set(waits)) == 1, waits
     assert waits[0] <= 0.5, waits
+
+
+async def test_a_watch_refused_slowly_is_a_failure_however_long_the_refusal_took(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An overloaded API server may take seconds to answer a watch with 429: only an event
+    shows a watch worked once it raised, or such a server is relisted every half second."""
+    clock = [0.0]
+    monkeypatch.setattr(kubewatch, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+
+    class SlowlyRefused(FailingWatches):
+        async def watch(
+            self, path: str, params: Mapping[str, str], read_timeout_s: float
+        ) -> AsyncGenerator[Mapping[str, Any], None]:
+            self.watches += 1
+            if self.lists >= LISTS_SEEN:
+                self.stop.set()
+            clock[0] += 1.5  # the refusal takes longer than MIN_WATCH_S
+            raise ServerError(429, "the server is overloaded", reason="TooManyRequests")
+            yield {}  # an async generator
+
+    waits: list[float] = []
+
+    async def recorded(stop: asyncio.Event, delay_s: float) -> bool:
+        waits.append(delay_s)
+        await asyncio.sleep(0)
+        return stop.is_set()
+
+    monkeypatch.setattr(kubewatch, "sleep_unless_stopped", recorded)
+    monkeypatch.setattr(kubewatch, "random", SimpleNamespace(random=lambda: 0.5))
+    stop = asyncio.Event()
+    api = SlowlyRefused(stop, gone=False)
+    reflector = Reflector(api, "/api/v1/pods", on_list=lambda _: None, on_event=lambda *_: None, what="pods")
+    await asyncio.wait_for(reflector.run(stop), 30)
+    assert api.lists >= LISTS_SEEN
+    assert max(waits) >= 4.0, waits  # before: 0.5 s before every relist
