@@ -6,9 +6,11 @@ the work of one deletion may grow with what the team (or the cluster) did before
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gpuscale.catalog import CATALOG
+from gpuscale.kube import ScaleState, ScaleTargetRef
 from gpuscale.metrics import ServiceMetrics
 from gpuscale.policy import GPUScaler, parse_gpuscaler
 from gpuscale.wire import Decision
@@ -106,3 +108,42 @@ def test_deleting_a_gpuscaler_does_not_walk_every_duplicate_of_the_cluster(monke
     assert next(iter(reg.workloads.values())).scaler.name == "dup0"
     assert "evil/dup0" not in {f"{ns}/{n}" for ns, n in reg.duplicates}
     assert len(reg.duplicates) == 1_999
+
+
+async def test_a_gpuscaler_deleted_while_its_evaluation_reads_leaves_nothing_behind() -> None:
+    """Its first evaluation awaits a scale read; deleted meanwhile, what the evaluation then
+    makes (series, a decision) would belong to no GPUScaler, and nothing would forget it."""
+    published: list[Decision] = []
+
+    async def publish(d: Decision) -> None:
+        published.append(d)
+
+    class GatedScales(StaticScaleSource):
+        def __init__(self) -> None:
+            super().__init__(default=2)
+            self.gate = asyncio.Event()
+            self.waiting = asyncio.Event()
+
+        async def read(self, ref: ScaleTargetRef, now: float) -> ScaleState:
+            self.waiting.set()
+            await self.gate.wait()
+            return await super().read(ref, now)
+
+    scales = GatedScales()
+    decider = Decider(
+        ServiceMetrics("test-decider"),
+        scales,
+        StaticPods(scales),
+        MemoryStateStore(),
+        publish,
+        clock=lambda: NOW,
+    )
+    decider.registry.upsert_policy(scaler("gone", "web", ALL_METRICS))
+    evaluation = asyncio.create_task(decider.tick(interval_s=0.0))
+    await asyncio.wait_for(scales.waiting.wait(), 5)
+    decider.registry.remove_policy("evil", "gone")
+    scales.gate.set()
+    await asyncio.wait_for(evaluation, 5)
+    await decider.idle()
+    assert workload_series(decider, "web") == []
+    assert published == []

@@ -189,6 +189,8 @@ class Decider:
         observation = None if seen is None else observation_of(seen, w.received_at, *reads)
         step = reconcile(w.memory, w.scaler, target, pods, observation, now, self.config)
         w.memory, w.dirty, w.last_evaluated = step.memory, True, now
+        if self.workloads.get(w.key) is not w:
+            return step  # removed while its reads were awaited: nothing of it is written or counted again
         for note, desired in step.notes:
             self.log.info(
                 note.value, target=str(w.key), decision_id=desired.decision_id, replicas=target.replicas
