@@ -80,7 +80,8 @@ class ServiceHttp:
 
         def connection_made(handler: Any, transport: Any) -> None:
             made(handler, transport)
-            open_now = server.connections  # oldest first
+            # Oldest first; one closed already stays listed until its task ends: not again.
+            open_now = [h for h in server.connections if h.transport is not None]
             for oldest in open_now[: max(0, len(open_now) - MAX_CONNECTIONS)]:
                 oldest.force_close()
                 self.refused("too_many_connections", f"more than {MAX_CONNECTIONS} open: closed the oldest")
