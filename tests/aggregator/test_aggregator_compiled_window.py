@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+import types
 from typing import Any
 
 import pytest
 
 from gpuscale.codec import Reader, encode, encode_raw
 from gpuscale.wire import SampleBatch, WorkloadMetrics
+from gpuscale_aggregator import core as core_package
 from gpuscale_aggregator.core import pods, window
 from gpuscale_aggregator.core.window import WindowConfig, WindowStore
 
@@ -184,3 +187,20 @@ def test_compiled_loops_are_used_where_the_rings_are_shared(monkeypatch: pytest.
     store.add_batch(decoded, NOW)
     assert store.snapshot(NOW + 0.5)
     assert called == ["add_batch", "message"]
+
+
+def test_a_module_built_from_an_older_loops_file_is_left_unused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale build (``pip install -e .`` over an old ``.so``) would write the rings as the
+    old loops did: only a module that says this contract is used."""
+    for contract in (None, pods.LOOPS_CONTRACT - 1):
+        stale = types.ModuleType("gpuscale_aggregator.core._loops")
+        if contract is not None:
+            stale.CONTRACT = contract  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "gpuscale_aggregator.core._loops", stale)
+        monkeypatch.setattr(core_package, "_loops", stale, raising=False)
+        assert pods._compiled_loop() is None
+    current = types.ModuleType("gpuscale_aggregator.core._loops")
+    current.CONTRACT = pods.LOOPS_CONTRACT  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gpuscale_aggregator.core._loops", current)
+    monkeypatch.setattr(core_package, "_loops", current, raising=False)
+    assert pods._compiled_loop() is current

@@ -3,6 +3,8 @@ from gpuscale.wire import SampleBatch, WorkloadMetrics
 from .pods import PodWindows, WorkloadTuple
 from .window import WindowStore
 
+CONTRACT: int
+
 def add_batch(windows: PodWindows, batch: SampleBatch, ts: float) -> None: ...
 def message(
     windows: WindowStore,

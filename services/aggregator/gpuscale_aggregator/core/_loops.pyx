@@ -34,6 +34,9 @@ if _ENGINE_RECORD.format != "<5f5B" or _N_ENGINE != 5 or _KV != 2:
 if _COUNT_MAX != 255 or _EMPTY != 0.0 or _NO_ENGINE != -1 or (_AWAITED, _UNAWAITED) != (1, 2):
     raise ImportError("the compiled add_batch spells out constants that have changed")
 
+# pods.LOOPS_CONTRACT: what these loops do for their callers (a module without it is left unused).
+CONTRACT = 2
+
 cdef enum:
     SIZE = 30  # RECORD.size
     COUNTS = 24  # where the counts start in a record

@@ -19,6 +19,10 @@ from gpuscale.wire import HEALTH_OK, UNSET, GpuOwner, GpuSample, SampleBatch
 from .records import COUNT_MAX, EMPTY, HUGE, NO_ENGINE, RECORD, TOTALS_RECORD
 from .rings import AWAITED, Rings
 
+# What the compiled loops do for these callers (2: they hand a pod with a ring of its own back to
+# the Python loop). A module built from an older ``_loops.pyx`` says another, or nothing: unused.
+LOOPS_CONTRACT: Final = 2
+
 
 def _compiled_loop() -> ModuleType | None:
     """The hot loop compiled (``make compiled``, where a C compiler is); None: it runs in Python."""
@@ -26,7 +30,7 @@ def _compiled_loop() -> ModuleType | None:
         from . import _loops
     except ImportError:
         return None
-    return _loops
+    return _loops if getattr(_loops, "CONTRACT", None) == LOOPS_CONTRACT else None
 
 
 _compiled = _compiled_loop()
