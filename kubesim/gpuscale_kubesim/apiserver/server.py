@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -674,7 +675,13 @@ def _decode_json(raw: bytes) -> Any:
     def refuse(constant: str) -> Any:
         raise bad_request(f"the request body is not valid JSON: invalid character in {constant!r}")
 
-    return json.loads(raw, parse_constant=refuse)
+    def number(text: str) -> float:
+        value = float(text)
+        if math.isinf(value):  # 1e400: Go's decoder answers "cannot unmarshal number ... out of range"
+            raise bad_request(f"the request body is not valid JSON: number {text[:40]} out of range")
+        return value
+
+    return json.loads(raw, parse_constant=refuse, parse_float=number)
 
 
 def _body(request: web.Request, raw: bytes) -> Any:
