@@ -27,7 +27,8 @@ class KedaScalerMetrics:
             "gpuscale_kedascaler_requests_total",
             "Requests answered, by API (grpc, external_metrics), method and outcome "
             "(ok, invalid, no_metrics, stale, no_fresh_pods, metric_not_reported, not_found; refused: "
-            "too_large, other_namespace, too_many_streams, forbidden)",
+            "too_large, other_namespace, too_many_streams, forbidden; the HTTPS port's TLS handshake, "
+            "method handshake: too_many_handshakes, handshake_timeout, handshake_failed)",
             ["api", "method", "outcome"],
             registry=registry,
         )

@@ -1,11 +1,20 @@
 """The external metrics API over HTTPS, for an APIService: to the API server's front proxy only.
 
 Stale data is a 503 Status, which the HPA reports as FailedGetExternalMetric and does not scale on.
+
+The port is open to any pod (the API server's address matches no NetworkPolicy selector), and
+asyncio gives each accepted connection its TLS state and a 256 KiB read buffer before the client
+has sent a byte, for up to 60 s: 1,000 silent connections held +300 MiB (the pod's limit is
+256 Mi). So the handshake is ours: at most MAX_HANDSHAKES at once (past it the oldest is closed,
+so the API server's next one gets in), each closed after HANDSHAKE_TIMEOUT_S; refusals counted
+(``gpuscale_kedascaler_requests_total{method="handshake"}``) and logged once a minute.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import ssl
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,6 +32,12 @@ from .settings import KedaScalerSettings
 
 # The external metrics API takes GETs: no body.
 MAX_HTTP_BODY: Final = 16 * 1024
+# TLS handshakes under way at once (each ~300 KiB until done: 128 hold ~40 MiB), and how long one
+# may take: the API server's, from inside the cluster, takes milliseconds. Under a flood of ~10,000
+# new connections a second, 64 let 37% of the API server's handshakes be closed as the oldest, 128
+# 31%, 256 6% (77 MiB): the bound trades the pod's memory against a flood it must outlast.
+MAX_HANDSHAKES: Final = 128
+HANDSHAKE_TIMEOUT_S: Final = 10.0
 
 
 class ApiService(Protocol):
@@ -134,7 +149,7 @@ class ExternalMetricsApi:
             self.app(), access_log=None, handle_signals=False, max_line_size=8190, max_headers=64
         )
         await runner.setup()
-        site = web.TCPSite(runner, "0.0.0.0", settings.api_port, ssl_context=context)  # noqa: S104 - the API server's aggregator calls from outside the pod
+        site = _HandshakingSite(self, runner, "0.0.0.0", settings.api_port, ssl_context=context)  # noqa: S104 - the API server's aggregator calls from outside the pod
         await site.start()
         sockets = getattr(site._server, "sockets", None)
         self.port = int(sockets[0].getsockname()[1]) if sockets else settings.api_port
@@ -145,3 +160,112 @@ class ExternalMetricsApi:
         if self._own_tls_dir is not None:
             shutil.rmtree(self._own_tls_dir, ignore_errors=True)
             self._own_tls_dir = None
+
+
+class _Accepted(asyncio.Protocol):
+    """One connection to the HTTPS port while its TLS handshake is under way. What arrives with
+    the handshake's last bytes is kept here until aiohttp's handler takes the connection."""
+
+    def __init__(self, site: _HandshakingSite) -> None:
+        self.site = site
+        self.transport: asyncio.Transport | None = None
+        self.early: list[bytes] = []
+        self.eof = False
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()  # start_tls reads it, through its own protocol
+        self.transport = transport
+        self.site.accepted(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.early.append(data)
+
+    def eof_received(self) -> None:
+        self.eof = True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+
+
+class _HandshakingSite(web.TCPSite):
+    """aiohttp's TCPSite with the TLS handshake bounded: at most MAX_HANDSHAKES under way (past
+    it the oldest is closed: the API server's takes milliseconds, so the oldest is a client's that
+    stalls), each at most HANDSHAKE_TIMEOUT_S; a finished one goes to aiohttp's handler."""
+
+    __slots__ = ("_api", "_handshaking")
+
+    def __init__(self, api: ExternalMetricsApi, runner: web.AppRunner, host: str, port: int, *,
+                 ssl_context: ssl.SSLContext) -> None:  # fmt: skip
+        super().__init__(runner, host, port, ssl_context=ssl_context)
+        self._api = api
+        self._handshaking: dict[_Accepted, asyncio.Task[None]] = {}  # oldest first
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site; the listening socket is made here
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Accepted(self),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+
+    async def stop(self) -> None:
+        await super().stop()
+        for conn in list(self._handshaking):
+            if conn.transport is not None:
+                conn.transport.abort()
+
+    def accepted(self, conn: _Accepted) -> None:
+        self._handshaking[conn] = asyncio.get_running_loop().create_task(self._handshake(conn))
+        while len(self._handshaking) > MAX_HANDSHAKES:
+            oldest = next(iter(self._handshaking))
+            del self._handshaking[oldest]  # its task ends when the transport does
+            self._refused(
+                oldest, "too_many_handshakes", f"more than {MAX_HANDSHAKES} under way: closed the oldest"
+            )
+            if oldest.transport is not None:
+                oldest.transport.abort()
+
+    def _refused(self, conn: _Accepted, outcome: str, detail: str) -> None:
+        peer = conn.transport.get_extra_info("peername") if conn.transport is not None else None
+        self._api.service.refused("external_metrics", "handshake", outcome, str(peer), detail)
+
+    async def _handshake(self, conn: _Accepted) -> None:
+        transport = conn.transport
+        context = self._ssl_context
+        assert transport is not None
+        assert context is not None
+        try:
+            if transport.is_closing():
+                return
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, conn, context, server_side=True, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
+            )
+        except ConnectionAbortedError as e:  # asyncio's handshake timeout
+            self._refused(conn, "handshake_timeout", str(e))
+            return
+        except ssl.SSLError as e:  # no certificate, or one of another CA, or not TLS at all
+            self._refused(conn, "handshake_failed", f"{type(e).__name__}: {e}")
+            return
+        except OSError:  # the client went away
+            return
+        finally:
+            self._handshaking.pop(conn, None)
+        server = self._runner.server
+        if tls is None or tls.is_closing() or server is None:  # closed while the handshake ended
+            transport.abort()
+            return
+        handler = server()
+        tls.set_protocol(handler)
+        handler.connection_made(tls)
+        for data in conn.early:
+            handler.data_received(data)
+        conn.early.clear()
+        if conn.eof:
+            handler.eof_received()
+        if conn.lost:
+            handler.connection_lost(None)
