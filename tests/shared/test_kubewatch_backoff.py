@@ -71,8 +71,28 @@ class FailingWatches:
             yield event
 
 
+class SlowlyRefused(FailingWatches):
+    """Each watch is refused with 429 after longer than MIN_WATCH_S (on a clock of its own)."""
+
+    clock = 0.0
+
+    async def watch(
+        self, path: str, params: Mapping[str, str], read_timeout_s: float
+    ) -> AsyncGenerator[Mapping[str, Any], None]:
+        self.watches += 1
+        if self.lists >= LISTS_SEEN:
+            self.stop.set()
+        SlowlyRefused.clock += 1.5
+        raise ServerError(429, "the server is overloaded", reason="TooManyRequests")
+        yield {}  # an async generator
+
+
 async def run_until_stopped(
-    monkeypatch: pytest.MonkeyPatch, *, gone: bool, event_first: bool = False
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    gone: bool,
+    event_first: bool = False,
+    watches: type[FailingWatches] = FailingWatches,
 ) -> tuple[FailingWatches, list[float], list[Any]]:
     waits: list[float] = []
 
@@ -84,7 +104,7 @@ async def run_until_stopped(
     monkeypatch.setattr(kubewatch, "sleep_unless_stopped", recorded)
     monkeypatch.setattr(kubewatch, "random", SimpleNamespace(random=lambda: 0.5))  # mid-jitter
     stop = asyncio.Event()
-    api = FailingWatches(stop, gone=gone, event_first=event_first)
+    api = watches(stop, gone=gone, event_first=event_first)
     reflector = Reflector(api, "/api/v1/pods", on_list=lambda _: None, on_event=lambda *_: None, what="pods")
     with capture_logs() as logs:
         await asyncio.wait_for(reflector.run(stop), 30)
@@ -128,32 +148,7 @@ async def test_a_watch_refused_slowly_is_a_failure_however_long_the_refusal_took
 ) -> None:
     """An overloaded API server may take seconds to answer a watch with 429: only an event
     shows a watch worked once it raised, or such a server is relisted every half second."""
-    clock = [0.0]
-    monkeypatch.setattr(kubewatch, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-
-    class SlowlyRefused(FailingWatches):
-        async def watch(
-            self, path: str, params: Mapping[str, str], read_timeout_s: float
-        ) -> AsyncGenerator[Mapping[str, Any], None]:
-            self.watches += 1
-            if self.lists >= LISTS_SEEN:
-                self.stop.set()
-            clock[0] += 1.5  # the refusal takes longer than MIN_WATCH_S
-            raise ServerError(429, "the server is overloaded", reason="TooManyRequests")
-            yield {}  # an async generator
-
-    waits: list[float] = []
-
-    async def recorded(stop: asyncio.Event, delay_s: float) -> bool:
-        waits.append(delay_s)
-        await asyncio.sleep(0)
-        return stop.is_set()
-
-    monkeypatch.setattr(kubewatch, "sleep_unless_stopped", recorded)
-    monkeypatch.setattr(kubewatch, "random", SimpleNamespace(random=lambda: 0.5))
-    stop = asyncio.Event()
-    api = SlowlyRefused(stop, gone=False)
-    reflector = Reflector(api, "/api/v1/pods", on_list=lambda _: None, on_event=lambda *_: None, what="pods")
-    await asyncio.wait_for(reflector.run(stop), 30)
+    monkeypatch.setattr(kubewatch, "time", SimpleNamespace(monotonic=lambda: SlowlyRefused.clock))
+    api, waits, _ = await run_until_stopped(monkeypatch, gone=False, watches=SlowlyRefused)
     assert api.lists >= LISTS_SEEN
     assert max(waits) >= 4.0, waits  # before: 0.5 s before every relist
