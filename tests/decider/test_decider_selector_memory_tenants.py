@@ -175,3 +175,26 @@ def test_a_team_s_many_long_selectors_clear_only_their_own() -> None:
         pods_module.parse_selector = real_parse
     assert not [text for text in parsed if text in set(others)]
     assert parsed  # the long ones did overflow their budget, and only they were parsed again
+
+
+def test_short_selectors_of_tiny_labels_are_bounded_in_text_too() -> None:
+    """Under 1 KiB a selector of tiny labels (``u=1,k1=00001,...``, ~110 of them) costs ~50 KB
+    parsed: bounded by count alone, 10,000 such would be ~500 MiB."""
+
+    def tiny(i: int) -> str:
+        labels = [f"u={i:05d}", *(f"k{k}={i:05d}" for k in range(1, 120))]
+        return ",".join(labels)[:1000].rsplit(",", 1)[0]
+
+    index = PodIndex()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        for i in range(1_500):
+            assert len(tiny(i)) <= pods_module.LONG_SELECTOR_CHARS
+            index.select("team-b", tiny(i))
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 40 * 2**20, f"{kept / 2**20:.0f} MiB kept of one team's short selectors"

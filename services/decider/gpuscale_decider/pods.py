@@ -26,7 +26,10 @@ _UNPLACED: Final = frozenset({"Unschedulable", "SchedulingGated"})
 MAX_SELECTOR_CHARS: Final = 32 * 1024
 LONG_SELECTOR_CHARS: Final = 1024  # a selector of a few labels is tens of characters
 MAX_KEPT_SELECTORS: Final = 10_000
-MAX_KEPT_SELECTOR_CHARS: Final = 2 * 2**20  # of the long ones
+# Text kept parsed (tiny labels cost 50-70 bytes a character once parsed): the short ones'
+# budget holds 10,000 selectors of 50 characters, the long ones' 32 at the most a target may have.
+MAX_KEPT_SHORT_CHARS: Final = 512 * 1024
+MAX_KEPT_SELECTOR_CHARS: Final = 2**20
 MAX_KEPT_SELECTIONS: Final = 100_000  # one per target, few and stable
 
 
@@ -102,7 +105,7 @@ class PodIndex:
         self._change = 0
         self._namespace_change: dict[str, int] = {}
         self._label_change: dict[str, dict[tuple[str, str], int]] = {}
-        self._short = _Kept(max_chars=MAX_KEPT_SELECTORS * LONG_SELECTOR_CHARS)
+        self._short = _Kept(max_chars=MAX_KEPT_SHORT_CHARS)
         self._long = _Kept(max_chars=MAX_KEPT_SELECTOR_CHARS)
         self.log = get_logger(component="pod_watch")
 
