@@ -147,3 +147,55 @@ async def test_a_gpuscaler_deleted_while_its_evaluation_reads_leaves_nothing_beh
     await decider.idle()
     assert workload_series(decider, "web") == []
     assert published == []
+
+
+async def test_a_shadow_gpuscaler_deleted_while_its_advice_is_published_leaves_nothing_behind() -> None:
+    """Advice is published (a JetStream ack awaited) before the status is written: a deletion
+    meanwhile forgot the GPUScaler's condition series, which the status would make again."""
+    gate, waiting = asyncio.Event(), asyncio.Event()
+    statuses: list[tuple[str, str]] = []
+
+    async def publish(d: Decision) -> None:
+        return None
+
+    async def advice(d: Decision) -> None:
+        waiting.set()
+        await gate.wait()
+
+    class Statuses:
+        def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+            statuses.append((namespace, name))
+
+    scales = StaticScaleSource(default=2)
+    decider = Decider(
+        ServiceMetrics("test-decider"),
+        scales,
+        StaticPods(scales),
+        MemoryStateStore(),
+        publish,
+        status=Statuses(),
+        publish_advice=advice,
+        clock=lambda: NOW,
+    )
+    spec = {
+        "scaleTargetRef": {"kind": "Deployment", "name": "web"},
+        "maxReplicas": 10,
+        "mode": "Shadow",
+        "metrics": ALL_METRICS[:1],
+    }
+    decider.registry.upsert_policy(
+        parse_gpuscaler({"metadata": {"name": "gone", "namespace": "evil"}, "spec": spec})
+    )
+    evaluation = asyncio.create_task(decider.tick(interval_s=0.0))
+    await asyncio.wait_for(waiting.wait(), 5)
+    decider.registry.remove_policy("evil", "gone")
+    gate.set()
+    await asyncio.wait_for(evaluation, 5)
+    conditions = [
+        s
+        for family in decider.metrics.registry.collect()
+        for s in family.samples
+        if s.labels.get("gpuscaler") == "gone"
+    ]
+    assert conditions == []
+    assert ("evil", "gone") not in statuses

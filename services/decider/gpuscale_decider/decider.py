@@ -209,6 +209,8 @@ class Decider:
             task.add_done_callback(self._sending.discard)
         if step.advice is not None:
             await self.advisor.advise(w, step.advice, now)
+            if self.workloads.get(w.key) is not w:
+                return step  # removed while its advice was published
         if step.status is not None:
             self.m.status_writes.inc()
             self.status.submit(w.scaler.namespace, w.scaler.name, step.status)
