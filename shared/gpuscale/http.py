@@ -94,7 +94,7 @@ class ServiceHttp:
         held = self._throttle.allow("http_refused", reason)
         if held is not None:
             self._log.warning(
-                "http_refused", reason=reason, detail=detail[:200], held_back=held, exc_info=exc_info
+                "http_refused", reason=reason, detail=detail[:200], suppressed=held, exc_info=exc_info
             )
 
     async def stop(self) -> None:
@@ -177,12 +177,14 @@ def _drop_tracebacks(exc: BaseException | None) -> None:
     request, its chunk (up to 256 KiB) and the list holding the error itself, a cycle that
     only a full collection frees, and a full collection may be thousands of requests away."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        exc.__traceback__ = None
-        if exc.__cause__ is not None:
-            _drop_tracebacks(exc.__cause__)
-        exc = exc.__context__
+    chain = [exc]
+    while chain:
+        e = chain.pop()
+        if e is None or id(e) in seen:  # a chain may loop
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        chain += (e.__cause__, e.__context__)
 
 
 def _unhandled_errors_freed(lost: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:

@@ -28,7 +28,7 @@ from .test_kedascaler_external_metrics import BASE, api_settings, client, get
 
 pytestmark = pytest.mark.integration
 
-MAX_HANDSHAKES = getattr(metricsapi, "MAX_HANDSHAKES", 128)
+MAX_HANDSHAKES = metricsapi.MAX_HANDSHAKES
 SILENT = 400  # each ~300 KiB on the server while its handshake is under way
 
 
@@ -85,7 +85,7 @@ async def test_silent_connections_cannot_pile_up(scaler: RunningScaler) -> None:
 async def test_a_silent_handshake_is_closed_after_the_timeout(
     nats_server: EmbeddedNats, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metricsapi, "HANDSHAKE_TIMEOUT_S", 1.0, raising=False)
+    monkeypatch.setattr(metricsapi, "HANDSHAKE_TIMEOUT_S", 1.0)
     async with running_scaler(api_settings(nats_server.url)) as scaler:
         reader, writer = await asyncio.open_connection("127.0.0.1", scaler.service.api_port)
         try:

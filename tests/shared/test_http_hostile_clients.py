@@ -15,11 +15,9 @@ import logging
 
 import pytest
 
-from gpuscale import http as service_http
-from gpuscale.http import ServiceHttp
+from gpuscale.http import MAX_CONNECTIONS, ServiceHttp, _drop_tracebacks
 from gpuscale.metrics import ServiceMetrics
 
-MAX_CONNECTIONS = getattr(service_http, "MAX_CONNECTIONS", 64)
 BIG_HEADERS = b"".join(b"X-A%d: %s\r\n" % (i, b"a" * 8000) for i in range(127))  # ~1 MiB, each < 8190
 
 
@@ -187,3 +185,18 @@ async def test_refused_requests_free_what_they_read() -> None:
     finally:
         gc.enable()
         await http.stop()
+
+
+def test_a_refused_request_s_tracebacks_are_cut_along_every_chain_even_a_looping_one() -> None:
+    try:
+        try:
+            raise ValueError("the parser's")
+        except ValueError as inner:
+            raise KeyError("ours") from inner
+    except KeyError as outer:
+        error = outer
+    cause = error.__cause__
+    assert cause is not None
+    cause.__context__ = error  # a chain that loops back
+    _drop_tracebacks(error)
+    assert (error.__traceback__, cause.__traceback__) == (None, None)

@@ -121,19 +121,17 @@ class NodePods:
         path = f"/apis/apps/v1/namespaces/{quote(need.namespace, safe='')}/replicasets/{quote(need.name, safe='')}"
         try:
             rs = await self._api.get(path)
-        except NotFound:
+        except (NotFound, BadRequest) as e:
+            # Gone, or a name the API server will not read (a pod's ownerReference may name anything):
+            # the pod is its own workload. Raising here failed the list of every pod on the node.
             self._rs_owners[(need.namespace, need.name)] = None
-            return
-        except BadRequest as e:
-            # A pod's ownerReference may name anything: a ReplicaSet the API server will not read
-            # is that pod's own workload; raising here failed the list of every pod on the node.
-            self._rs_owners[(need.namespace, need.name)] = None
-            get_logger(component="node_pods", node=self.node).warning(
-                "replicaset_unreadable",
-                namespace=need.namespace,
-                name=quoted(need.name, 100),
-                error=str(e)[:200],
-            )
+            if isinstance(e, BadRequest):
+                get_logger(component="node_pods", node=self.node).warning(
+                    "replicaset_unreadable",
+                    namespace=need.namespace,
+                    name=quoted(need.name, 100),
+                    error=str(e)[:200],
+                )
             return
         self._rs_owners[(need.namespace, need.name)] = replica_set_workload(_owners(rs.get("metadata") or {}))
 
