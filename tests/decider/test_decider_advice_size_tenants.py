@@ -9,13 +9,11 @@ in about 80 minutes, and with it every other team's trial. It now carries the ne
 from __future__ import annotations
 
 from gpuscale import codec, subjects
-from gpuscale.metrics import ServiceMetrics
-from gpuscale.policy import parse_gpuscaler
 from gpuscale.wire import Decision, MetricValues, PodMetrics, WorkloadMetrics
-from gpuscale_decider.decider import Decider
-from gpuscale_decider.sources import MemoryStateStore, StaticPods, StaticScaleSource
+from gpuscale_decider.sources import StaticScaleSource
 
-NOW = 1_800_000_000.0
+from .test_decider_tenant_churn_bounds import NOW, make, scaler
+
 EVALUATIONS = 1_200  # 20 minutes of one message a second
 
 
@@ -26,32 +24,19 @@ async def test_a_shadow_gpuscaler_s_advice_stays_small_however_long_its_window()
     async def advice(a: Decision) -> None:
         sizes.append(len(codec.encode(a)))
 
-    async def publish(d: Decision) -> None:
-        return None
-
-    scales = StaticScaleSource(default=1)
-    decider = Decider(
-        ServiceMetrics("test-decider"),
-        scales,
-        StaticPods(scales),
-        MemoryStateStore(),
-        publish,
-        publish_advice=advice,
-        clock=lambda: clock[0],
-    )
-    spec = {
-        "scaleTargetRef": {"kind": "Deployment", "name": "big"},
-        "mode": "Shadow",
-        "maxReplicas": 2_000_000_000,
-        "metrics": [{"name": "gpu_mem_used_mib", "target": 1}],
-        "behavior": {
+    decider = make(StaticScaleSource(default=1), publish_advice=advice, clock=lambda: clock[0])
+    big = scaler(
+        "big",
+        "big",
+        [{"name": "gpu_mem_used_mib", "target": 1}],
+        mode="Shadow",
+        maxReplicas=2_000_000_000,
+        behavior={
             "scaleDown": {"stabilizationWindowSeconds": 3600},
             "scaleUp": {"policies": [{"type": "Pods", "value": 2_000_000_000, "periodSeconds": 1}]},
         },
-    }
-    decider.registry.set_policies(
-        [parse_gpuscaler({"metadata": {"name": "big", "namespace": "evil"}, "spec": spec})], []
     )
+    decider.registry.set_policies([big], [])
     subject = subjects.metrics(subjects.WorkloadKey("evil", "Deployment", "big"))
     for t in range(EVALUATIONS):
         clock[0] += 1.0

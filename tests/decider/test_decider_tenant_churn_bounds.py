@@ -7,6 +7,7 @@ the work of one deletion may grow with what the team (or the cluster) did before
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from gpuscale.catalog import CATALOG
@@ -15,30 +16,45 @@ from gpuscale.metrics import ServiceMetrics
 from gpuscale.policy import GPUScaler, parse_gpuscaler
 from gpuscale.wire import Decision
 from gpuscale_decider import registry as registry_module
+from gpuscale_decider.advice import Publish
 from gpuscale_decider.decider import Decider
+from gpuscale_decider.registry import StatusSink
 from gpuscale_decider.sources import MemoryStateStore, StaticPods, StaticScaleSource
 
 NOW = 1_800_000_000.0
 ALL_METRICS = [{"name": m.name, "target": 50} for m in CATALOG]
 
 
-def scaler(name: str, target: str, metrics: list[dict[str, Any]], namespace: str = "evil") -> GPUScaler:
-    spec = {"scaleTargetRef": {"kind": "Deployment", "name": target}, "maxReplicas": 10, "metrics": metrics}
-    return parse_gpuscaler({"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+def scaler(
+    name: str, target: str, metrics: list[dict[str, Any]], namespace: str = "evil", **spec: Any
+) -> GPUScaler:
+    body = {"scaleTargetRef": {"kind": "Deployment", "name": target}, "maxReplicas": 10, "metrics": metrics}
+    return parse_gpuscaler({"metadata": {"name": name, "namespace": namespace}, "spec": body | spec})
 
 
-def make() -> Decider:
-    async def publish(d: Decision) -> None:
-        return None
+async def nowhere(d: Decision) -> None:
+    return None
 
-    scales = StaticScaleSource(default=2)
+
+def make(
+    scales: StaticScaleSource | None = None,
+    *,
+    publish: Publish = nowhere,
+    publish_advice: Publish | None = None,
+    status: StatusSink | None = None,
+    clock: Callable[[], float] = lambda: NOW,
+) -> Decider:
+    """A decider over our own adapters: two replicas on every target unless ``scales`` says."""
+    scales = scales or StaticScaleSource(default=2)
     return Decider(
         ServiceMetrics("test-decider"),
         scales,
         StaticPods(scales),
         MemoryStateStore(),
         publish,
-        clock=lambda: NOW,
+        status=status,
+        publish_advice=publish_advice,
+        clock=clock,
     )
 
 
@@ -130,14 +146,7 @@ async def test_a_gpuscaler_deleted_while_its_evaluation_reads_leaves_nothing_beh
             return await super().read(ref, now)
 
     scales = GatedScales()
-    decider = Decider(
-        ServiceMetrics("test-decider"),
-        scales,
-        StaticPods(scales),
-        MemoryStateStore(),
-        publish,
-        clock=lambda: NOW,
-    )
+    decider = make(scales, publish=publish)
     decider.registry.upsert_policy(scaler("gone", "web", ALL_METRICS))
     evaluation = asyncio.create_task(decider.tick(interval_s=0.0))
     await asyncio.wait_for(scales.waiting.wait(), 5)
@@ -155,9 +164,6 @@ async def test_a_shadow_gpuscaler_deleted_while_its_advice_is_published_leaves_n
     gate, waiting = asyncio.Event(), asyncio.Event()
     statuses: list[tuple[str, str]] = []
 
-    async def publish(d: Decision) -> None:
-        return None
-
     async def advice(d: Decision) -> None:
         waiting.set()
         await gate.wait()
@@ -166,26 +172,8 @@ async def test_a_shadow_gpuscaler_deleted_while_its_advice_is_published_leaves_n
         def submit(self, namespace: str, name: str, status: dict[str, Any]) -> None:
             statuses.append((namespace, name))
 
-    scales = StaticScaleSource(default=2)
-    decider = Decider(
-        ServiceMetrics("test-decider"),
-        scales,
-        StaticPods(scales),
-        MemoryStateStore(),
-        publish,
-        status=Statuses(),
-        publish_advice=advice,
-        clock=lambda: NOW,
-    )
-    spec = {
-        "scaleTargetRef": {"kind": "Deployment", "name": "web"},
-        "maxReplicas": 10,
-        "mode": "Shadow",
-        "metrics": ALL_METRICS[:1],
-    }
-    decider.registry.upsert_policy(
-        parse_gpuscaler({"metadata": {"name": "gone", "namespace": "evil"}, "spec": spec})
-    )
+    decider = make(status=Statuses(), publish_advice=advice)
+    decider.registry.upsert_policy(scaler("gone", "web", ALL_METRICS[:1], mode="Shadow"))
     evaluation = asyncio.create_task(decider.tick(interval_s=0.0))
     await asyncio.wait_for(waiting.wait(), 5)
     decider.registry.remove_policy("evil", "gone")
