@@ -1,4 +1,5 @@
-"""The floor: exact and instant scaling under the same scale-down stabilization."""
+"""The floors: exact scaling under the same scale-down stabilization, its pods ready the
+instant they are asked for, or after the same model load as everyone else's."""
 
 from __future__ import annotations
 
@@ -9,20 +10,29 @@ from gpuscale_kubesim.cluster import load as loadmod
 from gpuscale_kubesim.cluster.inference import Endpoint, InferenceWorkloads, WaitAccount
 
 
-def floor_account(profile: loadmod.Profile, floor: Series, measure_from: float = 0.0) -> WaitAccount:
-    """The floor's requests through kube-sim's engine model, its replicas serving the
-    instant it asks for them (and leaving with their queue when let go)."""
+def floor_account(
+    profile: loadmod.Profile, floor: Series, measure_from: float = 0.0, startup_delay_s: float = 0.0
+) -> WaitAccount:
+    """The floor's requests through kube-sim's engine model. A pod serves ``startup_delay_s``
+    after it is asked for (0: the instant); let go, it leaves with its queue, a pod still
+    starting first (a ReplicaSet removes an unready pod before a ready one)."""
     engines = InferenceWorkloads()
     workload = (NAMESPACE, "floor")
     endpoint = Endpoint("vllm", 8000, "/metrics", "floor")
     before: WaitAccount | None = None
-    serving = floor[0][2] if floor else 1
+    ready_at: list[tuple[float, int]] = []  # (when it serves, its number), oldest first
+    made = 0
+    previous = floor[0][0] if floor else 0.0
     for t, _, replicas in floor:
-        # the replicas asked for at the previous point served until this one
-        engines.advance(
-            t, {workload: {f"floor-{i}": (1, endpoint) for i in range(serving)}}, lambda _w, s: profile.at(s)
-        )
-        serving = replicas
+        # the pods that served since the previous point served until this one
+        serving = {f"floor-{i}": (1, endpoint) for at, i in ready_at if at <= previous}
+        engines.advance(t, {workload: serving}, lambda _w, s: profile.at(s))
+        previous = t
+        while len(ready_at) < replicas:
+            ready_at.append((t + startup_delay_s, made))
+            made += 1
+        while len(ready_at) > replicas:
+            ready_at.remove(max(ready_at))  # the last to serve goes first
         if before is None and t >= measure_from:
             before = engines.accounts[workload].copy()
     account = engines.accounts.get(workload, WaitAccount())

@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from scenario_floor import floor_account, oracle
-from scenario_setup import FIELDS, PAID_FIELDS, SCALERS, Scaler, Series, measure, paid
+from scenario_setup import FIELDS, PAID_FIELDS, SCALERS, STARTUP_DELAY_S, Scaler, Series, measure, paid
 
 from gpuscale_cli.demo.report import Provisioning
 from gpuscale_kubesim.cluster import load as loadmod
@@ -77,6 +77,14 @@ def trace_table(
                 entry["floor"],
             )
         )
+        # What waits no scaler that asks for what the load needs now can avoid: a pod's model load.
+        entry["floor_reacting"] = paid(floor, floor_account(profile, floor, start, STARTUP_DELAY_S), start)
+        print(
+            _row(
+                f"{trace_name} · floor reacting (exact, each pod serving {STARTUP_DELAY_S:g} s after it is asked for)",
+                entry["floor_reacting"],
+            )
+        )
         doc["traces"][trace_name] = entry
         for label, figures in entry.items():
             bucket = totals.setdefault(
@@ -139,4 +147,12 @@ def totals_and_verdicts(
             f"the floor's surplus ({floor_total['overprovisioned_gpu_s']:.0f} GPU-s) is above the chain's "
             f"({chain_total['overprovisioned_gpu_s']:.0f}): under this scale-down window no scaler "
             "that is never short can meet 'over ≤ chain'; the chain has less by being short"
+        )
+    reacting = totals.get("floor_reacting")
+    if reacting is not None and reacting["waiting_request_s"] > chain_total["waiting_request_s"] / 5:
+        print(
+            f"the reacting floor waits {reacting['waiting_request_s']:.0f} request-s, over a fifth of the "
+            f"chain's ({chain_total['waiting_request_s']:.0f}): asking for exactly what the load needs the "
+            "instant it needs it does not meet 'waiting ≤ chain / 5' when pods load a model first; only "
+            "pods held ahead of the need can"
         )

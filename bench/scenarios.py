@@ -40,7 +40,10 @@ instant it changes, under the same scale-down stabilization: never short, so
 its surplus is the least any scaler that is never short can have. With HPA's
 default 300 s window a scale-up is held five minutes after the load falls,
 whoever asked for it; ``--scale-down-window S`` runs both sides (and the floor)
-with ``behavior.scaleDown.stabilizationWindowSeconds: S`` instead.
+with ``behavior.scaleDown.stabilizationWindowSeconds: S`` instead. **The reacting
+floor** asks for the same, but its pods load their model for the same 20 s as
+everyone's before they serve: its waits are what asking for exactly the need, the
+instant it arises, still pays; only pods held ahead of the need wait less.
 
 **What users pay**, beside those figures, per scaler and trace:
 ``gpu_hours`` requested (replicas × time, one GPU per pod), ``waiting_request_s``
