@@ -20,9 +20,10 @@ def floor_account(
     workload = (NAMESPACE, "floor")
     endpoint = Endpoint("vllm", 8000, "/metrics", "floor")
     before: WaitAccount | None = None
-    ready_at: list[tuple[float, int]] = []  # (when it serves, its number), oldest first
-    made = 0
     previous = floor[0][0] if floor else 0.0
+    # (when it serves, its number); the pods there at the start serve from it, as the scalers' do
+    ready_at: list[tuple[float, int]] = [(previous, i) for i in range(floor[0][2] if floor else 0)]
+    made = len(ready_at)
     for t, _, replicas in floor:
         # the pods that served since the previous point served until this one
         serving = {f"floor-{i}": (1, endpoint) for at, i in ready_at if at <= previous}

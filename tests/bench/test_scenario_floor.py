@@ -49,3 +49,10 @@ def test_a_pod_let_go_while_still_starting_goes_before_one_that_serves() -> None
     alone = floors.floor_account(STEP, [(t, load, 1) for t, load, _ in floor], 0.0, 20.0)
     assert kept.waiting_request_s == alone.waiting_request_s
     assert kept.dropped == alone.dropped == 0.0
+
+
+def test_the_pods_there_at_the_start_serve_from_it() -> None:
+    floor = floors.oracle(STEP, 20.0, 60.0)  # one pod's load before the step: nothing waits or goes unserved
+    account = floors.floor_account(STEP, floor, 0.0, 20.0)
+    assert account.unserved == 0.0
+    assert account.waiting_request_s == 0.0
