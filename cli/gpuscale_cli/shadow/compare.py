@@ -95,7 +95,11 @@ class Curve:
     def pieces(self, start: float, end: float) -> list[tuple[float, float, int]]:
         """(from, to, count) pieces covering [start, end] where the count is known."""
         pieces: list[tuple[float, float, int]] = []
-        for i, (ts, value, _) in enumerate(self.points):
+        first = max(0, bisect.bisect_right(self.times, start) - 1)  # the point that holds at start
+        for i in range(first, len(self.points)):
+            ts, value, _ = self.points[i]
+            if ts >= end:
+                break
             nxt = self.points[i + 1][0] if i + 1 < len(self.points) else end
             lo, hi = max(ts, start), min(nxt, end)
             if hi > lo:
@@ -107,19 +111,34 @@ def _reaches(frm: int, to: int) -> Callable[[int], bool]:
     return (lambda n: n >= to) if to > frm else (lambda n: n <= to)
 
 
+def _next_beyond(
+    changes: Sequence[tuple[float, int, int, str]], beyond: Callable[[int, int], bool]
+) -> list[int | None]:
+    """For each change, the index of the first later change whose count is ``beyond`` its count."""
+    found: list[int | None] = [None] * len(changes)
+    waiting: list[int] = []  # changes not yet passed, their counts ordered so that only the top can be
+    for j, (_, _, to, _) in enumerate(changes):
+        while waiting and beyond(to, changes[waiting[-1]][2]):
+            found[waiting.pop()] = j
+        waiting.append(j)
+    return found
+
+
 def _match(own: Curve, other: Curve, end: float, lead_sign: int) -> tuple[Matched, ...]:
     """Each change of ``own`` with when ``other`` reached its count in its direction:
     already there (the run it was in began earlier) or afterwards, before ``own``
     moved away from it again."""
     out: list[Matched] = []
     changes = own.changes()
+    # Where ``own`` first moves away from each change's count: the next change to a count
+    # below it (after a rise) or above it (after a fall), found for all in one pass each,
+    # since the live changes come from Events a team writes as many as it likes.
+    below = _next_beyond(changes, lambda later, to: later < to)
+    above = _next_beyond(changes, lambda later, to: later > to)
     for i, (ts, frm, to, source) in enumerate(changes):
         reaches = _reaches(frm, to)
-        until = end
-        for later_ts, _, later_to, _ in changes[i + 1 :]:
-            if not reaches(later_to):
-                until = later_ts
-                break
+        away = below[i] if to > frm else above[i]
+        until = end if away is None else changes[away][0]
         reached = other.held_since(reaches, ts)
         if i > 0 and reached is not None and reached <= changes[i - 1][0] and reaches(changes[i - 1][1]):
             # Both were there before this curve last moved away: a return to agreement, no lead.
@@ -152,7 +171,13 @@ def compare(
     seen = [(a.ts, a.from_replicas, "seen by the decider") for a in ordered]
     # An Event times a live change exactly; the decider's view of it, seconds later, is dropped.
     reported = [(c.ts, c.replicas, c.source) for c in live_changes if c.ts <= end]
-    seen = [p for p in seen if not any(0 <= p[0] - r[0] < SEEN_LAG_S for r in reported)]
+    reported_at = sorted(r[0] for r in reported)
+
+    def just_reported(t: float) -> bool:  # a reported change in (t - SEEN_LAG_S, t]
+        i = bisect.bisect_right(reported_at, t) - 1
+        return i >= 0 and t - reported_at[i] < SEEN_LAG_S
+
+    seen = [p for p in seen if not just_reported(p[0])]
     tail = [(end, live_now, "scale subresource")] if live_now is not None else []
     live = Curve([*seen, *reported, *tail])
 
