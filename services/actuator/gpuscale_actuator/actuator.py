@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,6 +49,58 @@ class Target:
     failures: int = 0  # retryable failures in a row: this target's own backoff
     retry_at: float = 0.0  # monotonic
     reported: tuple[int, str | None, str | None] | None = None  # (revision, outcome, error) last reported
+    fresh: bool = True  # a new desired count not yet tried: goes ahead of what only a resync woke
+
+
+class Slots:
+    """At most ``size`` targets converged at once, handed out by priority: a target with a new
+    desired count goes ahead of every target that only a resync woke (one already waiting is
+    moved ahead when its count changes), so one team's many targets never queue another
+    team's new count behind their resync. FIFO within each priority."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiting: dict[str, tuple[asyncio.Future[None], bool]] = {}  # key -> (its wait, urgent)
+        self._seq = itertools.count()
+
+    def _push(self, urgent: bool, fut: asyncio.Future[None]) -> None:
+        heapq.heappush(self._heap, (0 if urgent else 1, next(self._seq), fut))
+        if len(self._heap) > 2 * len(self._waiting) + 64:  # waits handed out ahead of their turn
+            self._heap = [e for e in self._heap if not e[2].done()]
+            heapq.heapify(self._heap)
+
+    async def acquire(self, key: str, *, urgent: bool) -> None:
+        if self._free > 0:
+            self._free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = (fut, urgent)
+        self._push(urgent, fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed a slot as it was cancelled: pass it on
+            raise
+        finally:
+            if self._waiting.get(key, (None,))[0] is fut:
+                del self._waiting[key]
+
+    def hurry(self, key: str) -> None:
+        """``key`` has a new desired count: if it waits behind resync work, move it ahead."""
+        waiting = self._waiting.get(key)
+        if waiting is not None and not waiting[1] and not waiting[0].done():
+            self._waiting[key] = (waiting[0], True)
+            self._push(True, waiting[0])
+
+    def release(self) -> None:
+        while self._heap:
+            fut = heapq.heappop(self._heap)[2]
+            if not fut.done():
+                fut.set_result(None)  # the slot passes straight to the next in line
+                return
+        self._free += 1
 
 
 class Actuator:
@@ -77,7 +131,7 @@ class Actuator:
         self.reader = codec.Reader(Decision, on_unknown=base_metrics.unknown_field)
         self.targets: dict[str, Target] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._slots = Slots(settings.max_in_flight)
         self._in_flight = 0
         self._fatal: BaseException | None = None  # what killed a worker kills the service, as in one task
         self.writer = ScaleWriter(api, settings, elector, stop, metrics, self.log, self.once)
@@ -95,8 +149,9 @@ class Actuator:
         if known is None:
             known = self.targets[key] = Target(data, revision)
         else:
-            known.data, known.revision, known.dirty = data, revision, True
+            known.data, known.revision, known.dirty, known.fresh = data, revision, True, True
             known.failures, known.retry_at = 0, 0.0  # a new count is tried at once
+        self._slots.hurry(key)  # waiting behind resync work: not any more
         self._wake(key)
 
     def resync(self) -> None:
@@ -132,8 +187,13 @@ class Actuator:
             if wait > 0:  # in short naps: a new count clears the wait
                 await sleep_unless_stopped(self.stop, min(wait, 1.0))
                 continue
-            target.dirty = False
-            async with self._slots:
+            await self._slots.acquire(key, urgent=target.fresh)
+            target = self.targets.get(key)  # deleted, or written anew, while waiting?
+            if target is None or not target.dirty:
+                self._slots.release()
+                return
+            target.dirty = target.fresh = False
+            try:
                 self._in_flight += 1
                 self.metrics.in_flight.set(self._in_flight)
                 try:
@@ -146,6 +206,8 @@ class Actuator:
                 finally:
                     self._in_flight -= 1
                     self.metrics.in_flight.set(self._in_flight)
+            finally:
+                self._slots.release()
 
     def _retry_later(self, target: Target) -> float:
         target.failures += 1
