@@ -78,7 +78,11 @@ def trace_table(
             )
         )
         # What waits no scaler that asks for what the load needs now can avoid: a pod's model load.
-        entry["floor_reacting"] = paid(floor, floor_account(profile, floor, start, STARTUP_DELAY_S), start)
+        # It asks for the floor's replicas: the floor's provisioning figures, its own waits.
+        entry["floor_reacting"] = {
+            **measure(floor, start).to_json(),
+            **paid(floor, floor_account(profile, floor, start, STARTUP_DELAY_S), start),
+        }
         print(
             _row(
                 f"{trace_name} · floor reacting (exact, each pod serving {STARTUP_DELAY_S:g} s after it is asked for)",

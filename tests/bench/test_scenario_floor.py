@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpuscale_kubesim.cluster import load as loadmod
 
@@ -12,6 +13,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))  # the bench modules import their siblings by name, as the scripts run
 
 import scenario_floor as floors  # noqa: E402
+import scenario_report as report  # noqa: E402
 
 # 60 GPU-% (one pod at 70) until 30 s, then 200 (three pods) for a minute, then 60 again.
 STEP = loadmod.Profile("floor-step", ((0.0, 60.0), (30.0, 200.0), (90.0, 60.0)))
@@ -56,3 +58,16 @@ def test_the_pods_there_at_the_start_serve_from_it() -> None:
     account = floors.floor_account(STEP, floor, 0.0, 20.0)
     assert account.unserved == 0.0
     assert account.waiting_request_s == 0.0
+
+
+def test_the_reacting_floor_totals_carry_the_floors_provisioning() -> None:
+    # It asks for the floor's replicas: the same surplus over the traces, never an invented 0.
+    doc: dict[str, Any] = {"traces": {}, "chain_runs": 0}
+    totals = report.trace_table(
+        doc, {"step": (STEP, 240.0)}, {}, {"step": 0.0}, {"step": []}, {"step": []}, {}, {}, 60
+    )
+    floor, reacting = totals["floor"], totals["floor_reacting"]
+    assert floor["overprovisioned_gpu_s"] > 0.0
+    assert reacting["gpu_hours"] == floor["gpu_hours"]
+    assert reacting["overprovisioned_gpu_s"] == floor["overprovisioned_gpu_s"]
+    assert reacting["waiting_request_s"] > floor["waiting_request_s"]
