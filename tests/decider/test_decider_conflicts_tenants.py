@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from gpuscale.kube import client as kube_client
 from gpuscale.kube import new_api_client
 from gpuscale.subjects import WorkloadKey
-from gpuscale_decider import kubeio
 from gpuscale_decider.kubeio import ConflictFinder
 from gpuscale_kubesim import KubeSim
 
@@ -67,8 +67,8 @@ async def test_a_teams_many_fat_objects_cost_one_page_and_mark_only_its_own(
         answers.append(len(json.dumps(doc)))
         return doc
 
-    request_json = kubeio.request_json
-    monkeypatch.setattr(kubeio, "request_json", measured)
+    request_json = kube_client.request_json  # each page is read through it
+    monkeypatch.setattr(kube_client, "request_json", measured)
     found: list[dict[WorkloadKey, str]] = []
     api = await new_api_client(Path(kube_sim.kubeconfig_path))
     try:

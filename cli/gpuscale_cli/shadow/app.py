@@ -35,6 +35,10 @@ _NEW_SIZE = re.compile(r"^New size: (\d{1,10});")
 GPU_RESOURCES = ("nvidia.com/gpu",)
 # Message gets in flight at once: a round trip per this many messages (100,000 in seconds).
 READ_AHEAD: Final = 256
+# HPAs and Events listed this many at a time (as the decider's conflict search): a team's
+# Events in its own namespace are as many and as large (a core/v1 message has no limit of
+# its own, ~1.5 MiB in etcd) as it likes, and the report holds one page of them at a time.
+LIST_PAGE: Final = 20
 
 
 def _workload(text: str) -> WorkloadKey:
@@ -177,8 +181,12 @@ def hpa_changes(hpa: str, events: list[dict[str, Any]]) -> list[LiveChange]:
     return out
 
 
+def _items(page: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item for item in page.get("items") or () if isinstance(item, dict)]
+
+
 async def read_live(kubeconfig: Path, key: WorkloadKey, api_version: str) -> Live:
-    from gpuscale.kube import KubeError, ScaleClient, new_api_client, request_json
+    from gpuscale.kube import KubeError, ScaleClient, each_page, new_api_client
 
     api = await new_api_client(kubeconfig)
     try:
@@ -186,23 +194,28 @@ async def read_live(kubeconfig: Path, key: WorkloadKey, api_version: str) -> Liv
         ref = ScaleTargetRef(api_version, key.kind, key.name, key.namespace)
         obj = await scales.get_object(ref)
         replicas = (await scales.get(ref)).replicas
-        hpas = await request_json(
-            api, "GET", f"/apis/autoscaling/v2/namespaces/{key.namespace}/horizontalpodautoscalers"
-        )
+        names: list[str] = []
+
+        def targets(page: dict[str, Any]) -> None:
+            for hpa in _items(page):
+                target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+                if (target.get("kind"), target.get("name")) == (key.kind, key.name):
+                    names.append(str((hpa.get("metadata") or {}).get("name")))
+
+        hpas = f"/apis/autoscaling/v2/namespaces/{key.namespace}/horizontalpodautoscalers"
+        await each_page(api, hpas, targets, limit=LIST_PAGE)
         changes: list[LiveChange] = []
         controllers: list[str] = []
-        for hpa in hpas.get("items") or []:
-            target = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
-            if (target.get("kind"), target.get("name")) != (key.kind, key.name):
-                continue
-            name = str((hpa.get("metadata") or {}).get("name"))
+        for name in names:
             who = f"HorizontalPodAutoscaler {key.namespace}/{name}"
             controllers.append(who)
             selector = f"involvedObject.kind=HorizontalPodAutoscaler,involvedObject.name={name}"
-            events = await request_json(
-                api, "GET", f"/api/v1/namespaces/{key.namespace}/events?fieldSelector={selector}"
-            )
-            changes.extend(hpa_changes(who, events.get("items") or []))
+
+            def rescales(page: dict[str, Any], who: str = who) -> None:
+                changes.extend(hpa_changes(who, _items(page)))
+
+            events = f"/api/v1/namespaces/{key.namespace}/events"
+            await each_page(api, events, rescales, limit=LIST_PAGE, query={"fieldSelector": selector})
         return Live(tuple(changes), replicas, gpus_in_template(obj), tuple(controllers))
     except KubeError as e:
         return Live(problem=f"the cluster could not be read: {e}")

@@ -22,6 +22,7 @@ from gpuscale.kube import (
     NotFound,
     ScaleTargetRef,
     backoff_delay,
+    each_page,
     record_event,
     request_json,
 )
@@ -349,14 +350,10 @@ class ConflictFinder:
     async def _pairs(self, path: str, what: str, default_kind: str | None) -> list[tuple[WorkloadKey, str]]:
         """(target, who) of every object at ``path``, read a page at a time: only the pairs are kept."""
         pairs: list[tuple[WorkloadKey, str]] = []
-        query = {"limit": str(CONFLICT_PAGE)}
-        while True:
-            page = await request_json(self.api, "GET", path, query=query)
-            pairs.extend(_targets(page, what, default_kind))
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return pairs
-            query = {"limit": str(CONFLICT_PAGE), "continue": str(token)}
+        await each_page(
+            self.api, path, lambda page: pairs.extend(_targets(page, what, default_kind)), limit=CONFLICT_PAGE
+        )
+        return pairs
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -2,7 +2,7 @@
 
 Only :func:`new_api_client` loads kubernetes-asyncio, so the collector fits its memory budget."""
 
-from gpuscale.kube.client import ping, request_json
+from gpuscale.kube.client import each_page, ping, request_json
 from gpuscale.kube.config import ClusterConfigError, new_api_client
 from gpuscale.kube.errors import (
     BadRequest,
@@ -48,6 +48,7 @@ __all__ = [
     "Unauthorized",
     "Unreachable",
     "backoff_delay",
+    "each_page",
     "error_from_response",
     "event_note",
     "format_micro_time",

@@ -6,7 +6,7 @@ where warnings are strict (the tests)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
@@ -76,3 +76,25 @@ async def ping(api: ApiClient, timeout_s: float = 3.0) -> tuple[bool, str]:
     except KubeError as e:
         return True, f"answers ({e.status})"
     return True, "reachable"
+
+
+async def each_page(
+    api: ApiClient,
+    path: str,
+    take: Callable[[dict[str, Any]], None],
+    *,
+    limit: int,
+    query: Mapping[str, str] | None = None,
+) -> None:
+    """A collection read ``limit`` items at a time (``limit``/``continue``), each page handed
+    to ``take`` and let go before the next is asked for: what a tenant may create (Events,
+    HPAs) costs one page of memory, not all of them."""
+    params = {**(query or {}), "limit": str(limit)}
+    while True:
+        page = await request_json(api, "GET", path, query=params)
+        token = (page.get("metadata") or {}).get("continue")
+        take(page)
+        del page
+        if not token:
+            return
+        params = {**(query or {}), "limit": str(limit), "continue": str(token)}
