@@ -50,17 +50,18 @@ def decision(
     age_s: float = 0.0,
     decision_id: str | None = None,
     api_version: str = "apps/v1",
+    namespace: str = "default",
 ) -> Decision:
     return Decision(
         id=decision_id or f"dec-{next(_ids)}-{time.monotonic_ns()}",
         ts=time.time() - age_s,
-        namespace="default",
+        namespace=namespace,
         kind=kind,
         name=name,
         from_replicas=from_,
         to_replicas=to,
         reason=f"gpu_util 83.0 over target 70 (ratio 1.19): {from_} -> {to}",
-        inputs={"gpuscaler": f"default/{name}", "averages": {"gpu_util": 83.0}},
+        inputs={"gpuscaler": f"{namespace}/{name}", "averages": {"gpu_util": 83.0}},
         api_version=api_version,
     )
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from msgspec.structs import replace
 
 from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
@@ -40,11 +39,6 @@ def fat_statefulset(name: str) -> dict[str, Any]:
     obj = gpu_workload(name, 1, kind="StatefulSet", namespace="team-b", gpus=None)
     obj["spec"]["template"]["spec"]["containers"][0]["env"] = ENV
     return obj
-
-
-def of(ns: str, name: str, kind: str, from_: int, to: int) -> Any:
-    d = decision(name, from_=from_, to=to, kind=kind)
-    return replace(d, namespace=ns, inputs={**d.inputs, "gpuscaler": f"{ns}/{name}"})
 
 
 async def test_fat_targets_cost_the_actuator_a_scale_read_and_the_other_team_is_served(
@@ -73,15 +67,17 @@ async def test_fat_targets_cost_the_actuator_a_scale_read_and_the_other_team_is_
         async with watch_actions(nats_client) as actions:
             # Already at their count: converged again on every resync, never reported.
             for i in range(FAT):
-                await publish(nats_client, of("team-b", f"fat-{i}", "StatefulSet", 1, 1))
-            first = of("team-a", "bert", "Deployment", 1, 2)
+                await publish(
+                    nats_client, decision(f"fat-{i}", from_=1, to=1, kind="StatefulSet", namespace="team-b")
+                )
+            first = decision("bert", from_=1, to=2, namespace="team-a")
             await publish(nats_client, first)
             assert (await actions.wait_for(first.id, timeout_s=60)).outcome in WRITTEN
             before = cpu_s(proc.pid)
             await asyncio.sleep(WINDOW_S)  # ~8 resyncs
             used = cpu_s(proc.pid) - before
             started = time.monotonic()
-            second = of("team-a", "bert", "Deployment", 2, 3)
+            second = decision("bert", from_=2, to=3, namespace="team-a")
             await publish(nats_client, second)
             assert (await actions.wait_for(second.id, timeout_s=60)).outcome in WRITTEN
             took = time.monotonic() - started

@@ -11,10 +11,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from msgspec.structs import replace
 
 from gpuscale import codec, subjects
 from gpuscale.embedded_nats import EmbeddedNats
@@ -32,11 +30,6 @@ TEAM_B_TARGETS = 4_000
 SAMPLES = 6
 
 
-def of(ns: str, name: str, from_: int, to: int) -> Any:
-    d = decision(name, from_=from_, to=to)
-    return replace(d, namespace=ns, inputs={**d.inputs, "gpuscaler": f"{ns}/{name}"})
-
-
 @pytest.mark.serial  # it times a write against a bound: 0.04 s fair, 2.9 s behind the resync
 async def test_one_teams_resync_does_not_queue_another_teams_new_count(
     kube_sim: KubeSim, nats_server: EmbeddedNats, nats_client: NATS, tmp_path: Path
@@ -48,7 +41,9 @@ async def test_one_teams_resync_does_not_queue_another_teams_new_count(
     desired = await declare_kv(jetstream(nats_client), subjects.DESIRED)
     for i in range(TEAM_B_TARGETS):  # what one team may write in its own namespace: GPUScalers
         await kube_sim.create(gpuscaler(f"w{i}", namespace="team-b"))
-        d = of("team-b", f"w{i}", 1, 2)  # ... and the desired counts the decider writes for them
+        d = decision(
+            f"w{i}", from_=1, to=2, namespace="team-b"
+        )  # ... and the desired counts the decider writes for them
         await desired.put(
             subjects.desired_key(subjects.WorkloadKey("team-b", "Deployment", f"w{i}")), codec.encode(d)
         )
@@ -62,13 +57,13 @@ async def test_one_teams_resync_does_not_queue_another_teams_new_count(
     took: list[float] = []
     try:
         async with watch_actions(nats_client) as actions:
-            first = of("team-a", "bert", 1, 2)
+            first = decision("bert", from_=1, to=2, namespace="team-a")
             await publish(nats_client, first)
             assert (await actions.wait_for(first.id, timeout_s=120)).outcome in WRITTEN
             count = 2
             for _ in range(SAMPLES):
                 await asyncio.sleep(0.37)  # land anywhere in a resync
-                d = of("team-a", "bert", count, count + 1)
+                d = decision("bert", from_=count, to=count + 1, namespace="team-a")
                 started = time.monotonic()
                 await publish(nats_client, d)
                 assert (await actions.wait_for(d.id, timeout_s=120)).outcome in WRITTEN

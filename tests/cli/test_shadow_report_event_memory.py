@@ -25,9 +25,7 @@ from gpuscale.embedded_nats import EmbeddedNats
 from gpuscale.natsio import NATS
 from gpuscale_kubesim import KubeSim
 
-from ..decider.test_decider_service_nats_sim import hpa
-from ..k8s_objects import gpu_workload
-from .test_shadow_report_hostile_events import in_namespace
+from .test_shadow_report_hostile_events import in_namespace, two_teams
 from .test_shadow_report_nats_sim import rescale_event
 from .test_shadow_report_stream import BERT, LLAMA, advice, store
 
@@ -68,15 +66,7 @@ async def test_a_teams_large_events_cost_the_report_one_page_not_all_of_them(
     nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim
 ) -> None:
     now = time.time()
-    for key in (BERT, LLAMA):
-        await kube_sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": key.namespace}})
-        await kube_sim.create(gpu_workload(key.name, 1, namespace=key.namespace))
-        obj = hpa(key.name, key.name)
-        obj["metadata"]["namespace"] = key.namespace
-        await kube_sim.create(obj)
-    await kube_sim.create(
-        in_namespace(rescale_event("bert", 2, now - 200), "team-a", "New size: 2; reason: x")
-    )
+    await two_teams(kube_sim, now)
     for i in range(FLOOD):
         base = in_namespace(rescale_event("llama", 2, now - 200 + i * 0.001), "team-b", "")
         await kube_sim.create(_fat(base, i))

@@ -31,11 +31,8 @@ def in_namespace(event: dict[str, Any], namespace: str, message: str) -> dict[st
     return event
 
 
-@pytest.mark.parametrize("size", ["9" * 5000, "9" * 400, "2147483648"])
-async def test_a_teams_hostile_rescale_event_spoils_no_other_report(
-    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, size: str
-) -> None:
-    now = time.time()
+async def two_teams(kube_sim: KubeSim, now: float) -> None:
+    """team-a's bert and team-b's llama, each with its HPA; team-a's HPA rescaled to 2 at now - 200."""
     for key in (BERT, LLAMA):
         await kube_sim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": key.namespace}})
         await kube_sim.create(gpu_workload(key.name, 1, namespace=key.namespace))
@@ -45,6 +42,14 @@ async def test_a_teams_hostile_rescale_event_spoils_no_other_report(
     await kube_sim.create(
         in_namespace(rescale_event("bert", 2, now - 200), "team-a", "New size: 2; reason: x")
     )
+
+
+@pytest.mark.parametrize("size", ["9" * 5000, "9" * 400, "2147483648"])
+async def test_a_teams_hostile_rescale_event_spoils_no_other_report(
+    nats_server: EmbeddedNats, nats_client: NATS, kube_sim: KubeSim, size: str
+) -> None:
+    now = time.time()
+    await two_teams(kube_sim, now)
     await kube_sim.create(
         in_namespace(rescale_event("llama", 2, now - 200), "team-b", f"New size: {size}; reason: x")
     )
