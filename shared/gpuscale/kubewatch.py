@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import aiohttp
 
 from gpuscale.aio import sleep_unless_stopped
-from gpuscale.kube.client import REQUEST_TIMEOUT_S, request_json
+from gpuscale.kube.client import REQUEST_TIMEOUT_S, next_continue, request_json
 from gpuscale.kube.errors import Gone, ServerError, Unreachable, error_from_response
 from gpuscale.kube.retry import backoff_delay
 from gpuscale.logging import get_logger
@@ -120,7 +120,7 @@ async def list_all(
         token = meta.get("continue")
         if not token:
             return items, str(meta.get("resourceVersion") or "")
-        query = {**(params or {}), "limit": str(page), "continue": str(token)}
+        query = {**(params or {}), "limit": str(page), "continue": next_continue(path, token, query)}
 
 
 async def _done(result: Awaitable[None] | None) -> None:

@@ -97,4 +97,12 @@ async def each_page(
         del page
         if not token:
             return
-        params = {**(query or {}), "limit": str(limit), "continue": str(token)}
+        params = {**(query or {}), "limit": str(limit), "continue": next_continue(path, token, params)}
+
+
+def next_continue(path: str, token: Any, asked: Mapping[str, str]) -> str:
+    """The token for the next page; the one just sent again would ask for the same page forever
+    (a broken server or proxy), so it is an error, as the list's other broken answers are."""
+    if str(token) == asked.get("continue"):
+        raise ServerError(200, f"GET {path}: the answer's continue token is the one sent")
+    return str(token)
